@@ -1,0 +1,34 @@
+// Matrix products on the CPU: the float8 e4m3 GEMM that serves FP8 linear
+// layers, and the BF16 GEMM that is its baseline.
+//
+// Layouts are the ones linear layers use: activations A[M,K] and weights
+// B[N,K] (out_features x in_features), both row-major and dense; the output
+// Y[M,N] is row-major and dense. Products accumulate in binary32.
+//
+// Results depend only on the inputs and the instruction-set level, not on the
+// thread count. Thread-safe and reentrant; buffers are the caller's and must
+// not overlap the output. Any M, N, K >= 0 is valid (K == 0 gives zeros).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/options.h"
+#include "kernels/dtype.h"
+
+namespace octet {
+
+// Y = (decode(qa) · decode(qb)ᵀ) · (scale_a · scale_b), with scale_a·scale_b
+// rounded once to binary32 and applied once to each binary32 dot product.
+// `y_dtype` is kF32 or kBf16 (rounded to nearest even). NaN codes propagate.
+absl::Status GemmE4m3(const uint8_t* qa, float scale_a, const uint8_t* qb,
+                      float scale_b, int64_t m, int64_t n, int64_t k, void* y,
+                      DType y_dtype, const CpuKernelOptions& options = {});
+
+// Y = A · Bᵀ for bfloat16 A and B; `y_dtype` is kF32 or kBf16.
+absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
+                      int64_t k, void* y, DType y_dtype,
+                      const CpuKernelOptions& options = {});
+
+}  // namespace octet

@@ -1,0 +1,226 @@
+// AVX-512 GEMM kernels (AVX-512 F/BW/VL/DQ + VBMI + BF16). Every product is
+// a vdpbf16ps of two bfloat16 vectors, accumulated in binary32.
+//
+// Float8 e4m3 values are exactly representable in bfloat16, so the e4m3
+// GEMM decodes codes to bfloat16 and shares the arithmetic of the BF16 GEMM.
+// Decoding is two 128-entry byte-table lookups (vpermi2b: high and low byte
+// of the bfloat16 of the code's magnitude, NaN and subnormals included), the
+// sign OR-ed in, and two byte interleaves: about 5 instructions per 64
+// weights, so the streaming kernel stays memory-bound.
+//
+// The interleave (vpunpck{l,h}bw works within 128-bit lanes) produces the 64
+// decoded values of a block in a fixed permuted K order. A dot product does
+// not care about order as long as both operands share it, so e4m3 activations
+// are prepared with the same decoder (same order), and zero codes pad K.
+#include <immintrin.h>
+
+#include <bit>
+
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/rows_tiling.h"
+#include "kernels/fp8.h"
+
+namespace octet::cpu_internal {
+namespace {
+
+constexpr int kAlign = 64;       // K block of the e4m3 decoder
+constexpr int kRowsPerTile = 4;  // weight rows per tile
+constexpr int kMaxMPerTile = 4;  // activation rows per tile
+
+// The bfloat16 of each e4m3 magnitude (sign bit clear), split into the high
+// and low byte tables the decoder looks up; exact, as e4m3 has 3 mantissa
+// bits. Magnitude 0x7F (NaN) maps to a bfloat16 NaN.
+template <int kShift>
+struct alignas(64) ByteTable {
+  uint8_t bytes[128];
+  constexpr ByteTable() : bytes() {
+    for (int c = 0; c < 128; ++c) {
+      bytes[c] = static_cast<uint8_t>(
+          std::bit_cast<uint32_t>(kE4m3DecodeTable[c]) >> (16 + kShift));
+    }
+  }
+};
+constexpr ByteTable<8> kHighBytes;
+constexpr ByteTable<0> kLowBytes;
+
+struct E4m3Decoder {
+  __m512i hi0, hi1, lo0, lo1, sign;
+
+  E4m3Decoder()
+      : hi0(_mm512_load_si512(kHighBytes.bytes)),
+        hi1(_mm512_load_si512(kHighBytes.bytes + 64)),
+        lo0(_mm512_load_si512(kLowBytes.bytes)),
+        lo1(_mm512_load_si512(kLowBytes.bytes + 64)),
+        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
+
+  // 64 codes -> 64 bfloat16 in two vectors, in the decoder's K order.
+  void Decode(__m512i codes, __m512i& w0, __m512i& w1) const {
+    // vpermi2b reads index bits 0..6 only, so the sign bit is ignored here
+    // and OR-ed back in by the ternary-logic op (0xF8: hi | (codes & 0x80)).
+    __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    hi = _mm512_ternarylogic_epi32(hi, codes, sign, 0xF8);
+    w0 = _mm512_unpacklo_epi8(lo, hi);
+    w1 = _mm512_unpackhi_epi8(lo, hi);
+  }
+};
+
+inline __mmask64 Mask64(int64_t left) {
+  return left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+}
+inline __mmask32 Mask32(int64_t left) {
+  return left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+}
+
+inline __m512bh AsBh(__m512i v) { return (__m512bh)v; }
+
+// Sum of the 16 lanes. (Not _mm512_reduce_add_ps: with it GCC 12 keeps a
+// tile's accumulators in memory as well as in registers, storing all of them
+// on every step of the K loop.)
+inline float ReduceAdd(__m512 v) {
+  const __m256 s8 =
+      _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 s4 =
+      _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+// Streaming e4m3 tile: decodes NB weight rows 64 codes at a time and takes
+// dot products with MB prepared (decoder-ordered bf16) activation rows.
+template <int NB, int MB>
+struct E4m3Tile {
+  static void Run(const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb,
+                  int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc) {
+    const Bf16* a = static_cast<const Bf16*>(a_ptr) + row0 * lda;
+    const E4m3Decoder dec;
+    __m512 acc[NB][MB];
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < k; i += 64) {
+      const __mmask64 mask = Mask64(k - i);
+      __m512i w0[NB], w1[NB];
+      OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+        // The next tile's rows start new pages, where the hardware
+        // prefetcher restarts cold: fetch them one tile ahead.
+        _mm_prefetch(
+            reinterpret_cast<const char*>(b + (col + NB + r) * ldb + i),
+            _MM_HINT_T1);
+        dec.Decode(_mm512_maskz_loadu_epi8(mask, b + (col + r) * ldb + i),
+                   w0[r], w1[r]);
+      }
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        const __m512i x0 = _mm512_loadu_si512(a + m * lda + i);
+        const __m512i x1 = _mm512_loadu_si512(a + m * lda + i + 32);
+        OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+          acc[r][m] = _mm512_dpbf16_ps(acc[r][m], AsBh(x0), AsBh(w0[r]));
+          acc[r][m] = _mm512_dpbf16_ps(acc[r][m], AsBh(x1), AsBh(w1[r]));
+        }
+      }
+    }
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        c[(row0 + m) * ldc + col + r] = ReduceAdd(acc[r][m]);
+      }
+    }
+  }
+};
+
+// bfloat16 tile: NB weight rows (raw, any k) against MB prepared rows.
+template <int NB, int MB>
+struct Bf16Tile {
+  static void Run(const void* a_ptr, int64_t lda, const Bf16* b, int64_t ldb,
+                  int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc) {
+    const Bf16* a = static_cast<const Bf16*>(a_ptr) + row0 * lda;
+    __m512 acc[NB][MB];
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < k; i += 32) {
+      const __mmask32 mask = Mask32(k - i);
+      __m512i w[NB];
+      OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(b + (col + NB + r) * ldb + i),
+            _MM_HINT_T1);  // as in E4m3Tile
+        w[r] = _mm512_maskz_loadu_epi16(mask, b + (col + r) * ldb + i);
+      }
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        const __m512i x = _mm512_loadu_si512(a + m * lda + i);  // padded
+        OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+          acc[r][m] = _mm512_dpbf16_ps(acc[r][m], AsBh(x), AsBh(w[r]));
+        }
+      }
+    }
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        c[(row0 + m) * ldc + col + r] = ReduceAdd(acc[r][m]);
+      }
+    }
+  }
+};
+
+int64_t Padded(int64_t k) { return (k + kAlign - 1) / kAlign * kAlign; }
+
+// e4m3 rows -> decoder-ordered bfloat16 rows of Padded(k), zero-padded.
+// Serves both activations (prepare) and weight blocks (convert).
+void DecodeRows(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
+  const E4m3Decoder dec;
+  Bf16* out = static_cast<Bf16*>(dst);
+  const int64_t kp = Padded(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < kp; i += 64) {
+      __m512i w0, w1;
+      dec.Decode(_mm512_maskz_loadu_epi8(Mask64(k - i), q + r * k + i), w0, w1);
+      _mm512_storeu_si512(out + r * kp + i, w0);
+      _mm512_storeu_si512(out + r * kp + i + 32, w1);
+    }
+  }
+}
+
+void PrepareBf16(const Bf16* a, int64_t m, int64_t k, void* dst) {
+  Bf16* out = static_cast<Bf16*>(dst);
+  const int64_t kp = Padded(k);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < kp; i += 32) {
+      _mm512_storeu_si512(out + r * kp + i, _mm512_maskz_loadu_epi16(
+                                                Mask32(k - i), a + r * k + i));
+    }
+  }
+}
+
+void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
+              int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
+              int64_t ldc) {
+  RowsDriver<kRowsPerTile, kMaxMPerTile, E4m3Tile>(a, lda, m, b, ldb, k, n0, n1,
+                                                   c, ldc, ldb);
+}
+
+void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
+              int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
+  RowsDriver<kRowsPerTile, kMaxMPerTile, Bf16Tile>(a, lda, m, b, ldb, k, n0, n1,
+                                                   c, ldc, 2 * ldb);
+}
+
+void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
+                  int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
+                  int64_t ldc) {
+  Bf16Rows(a, lda, m, static_cast<const Bf16*>(b), ldb, k, n0, n1, c, ldc);
+}
+
+}  // namespace
+
+const GemmKernels kGemmAvx512 = {
+    .k_align = kAlign,
+    .dot_bytes = 2,
+    .prepare_a_e4m3 = DecodeRows,
+    .prepare_a_bf16 = PrepareBf16,
+    .e4m3_rows = E4m3Rows,
+    .bf16_rows = Bf16Rows,
+    .convert_b_e4m3 = DecodeRows,
+    .prepared_rows = PreparedRows,
+    .e4m3_dot_scale = 1.0f,
+};
+
+}  // namespace octet::cpu_internal

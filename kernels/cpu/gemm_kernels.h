@@ -1,0 +1,73 @@
+// Internal: the GEMM's per-instruction-set kernels, which the driver
+// (gemm.cc) calls. One table per level, each in its own translation unit
+// built with that level's flags.
+//
+// Every kernel computes dot products along K ("rows" kernels): an output
+// column is the dot product of one activation row and one weight row, both
+// contiguous in memory, so weights are read straight from their row-major
+// [N][K] layout with no transposition or packing. Tiles of a few weight rows
+// times a few activation rows share each loaded vector.
+//
+// The activations A are first "prepared" by the driver into the level's dot
+// format (padded to a multiple of k_align with zeros):
+//   scalar, avx2: binary32, natural K order
+//   avx512:       bfloat16 for vdpbf16ps; for the e4m3 GEMM in the K order
+//                 that the weight decoder produces (see gemm_avx512.cc)
+// Float8 weights are either decoded on the fly (streaming: small M, where
+// the GEMM is memory-bound and FP8 halves the bytes) or, for larger M,
+// converted once per block into the same format as prepared A and run
+// through the prepared kernel, so that each weight is decoded once.
+//
+// Kernels write raw binary32 sums; the driver scales and converts them
+// (the epilogue), so that no kernel translation unit shares an inline
+// function with the rest of the program (see e4m3_simd.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/bf16.h"
+
+namespace octet::cpu_internal {
+
+// For M above this the e4m3 GEMM converts weight blocks once instead of
+// decoding them on the fly for every group of activation rows.
+inline constexpr int kStreamMaxM = 8;
+
+// A rows kernel: c[row * ldc + col] = sum_i a[row][i] * b[col][i] for rows
+// [0, m), columns [n_begin, n_end); a is prepared ([m][lda], lda a multiple
+// of k_align), b is [n][ldb] and k elements of each row are used.
+template <typename W>
+using RowsKernel = void (*)(const void* a, int64_t lda, int64_t m, const W* b,
+                            int64_t ldb, int64_t k, int64_t n_begin,
+                            int64_t n_end, float* c, int64_t ldc);
+
+struct GemmKernels {
+  int k_align;       // prepared rows are padded to a multiple of this
+  size_t dot_bytes;  // bytes per prepared element (4: binary32, 2: bf16)
+
+  // Prepare activations: dst is [m][round_up(k, k_align)], zero-padded.
+  void (*prepare_a_e4m3)(const uint8_t* qa, int64_t m, int64_t k, void* dst);
+  void (*prepare_a_bf16)(const Bf16* a, int64_t m, int64_t k, void* dst);
+
+  // Streaming kernels over the raw weights.
+  RowsKernel<uint8_t> e4m3_rows;
+  RowsKernel<Bf16> bf16_rows;
+
+  // e4m3 weight rows -> prepared format ([rows][round_up(k, k_align)]), and
+  // the kernel over prepared weights.
+  void (*convert_b_e4m3)(const uint8_t* b, int64_t rows, int64_t k, void* dst);
+  RowsKernel<void> prepared_rows;
+
+  // e4m3 sums (from e4m3_rows or prepared_rows) are dot / e4m3_dot_scale,
+  // an exact power of two (the AVX2 decoder carries values times 2^-8).
+  float e4m3_dot_scale;
+};
+
+extern const GemmKernels kGemmScalar;
+#if defined(OCTET_X86)
+extern const GemmKernels kGemmAvx2;
+extern const GemmKernels kGemmAvx512;
+#endif
+
+}  // namespace octet::cpu_internal

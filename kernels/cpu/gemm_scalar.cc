@@ -1,0 +1,54 @@
+// Scalar GEMM kernels: portable loops, the fallback below AVX2. Activations
+// and converted weights are exact binary32 in natural K order.
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/fp8.h"
+
+namespace octet::cpu_internal {
+namespace {
+
+inline float Value(uint8_t q) { return kE4m3DecodeTable[q]; }
+inline float Value(Bf16 v) { return Bf16ToFloat(v); }
+inline float Value(float v) { return v; }
+
+template <typename Src>
+void Prepare(const Src* src, int64_t rows, int64_t k, void* dst) {
+  float* out = static_cast<float*>(dst);
+  for (int64_t i = 0; i < rows * k; ++i) out[i] = Value(src[i]);
+}
+
+template <typename W>
+void Rows(const void* a_ptr, int64_t lda, int64_t m, const W* b, int64_t ldb,
+          int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
+  const float* a = static_cast<const float*>(a_ptr);
+  for (int64_t col = n0; col < n1; ++col) {
+    for (int64_t row = 0; row < m; ++row) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        acc += a[row * lda + i] * Value(b[col * ldb + i]);
+      }
+      c[row * ldc + col] = acc;
+    }
+  }
+}
+
+void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
+                  int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
+                  int64_t ldc) {
+  Rows(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc);
+}
+
+}  // namespace
+
+const GemmKernels kGemmScalar = {
+    .k_align = 1,
+    .dot_bytes = 4,
+    .prepare_a_e4m3 = Prepare<uint8_t>,
+    .prepare_a_bf16 = Prepare<Bf16>,
+    .e4m3_rows = Rows<uint8_t>,
+    .bf16_rows = Rows<Bf16>,
+    .convert_b_e4m3 = Prepare<uint8_t>,
+    .prepared_rows = PreparedRows,
+    .e4m3_dot_scale = 1.0f,
+};
+
+}  // namespace octet::cpu_internal

@@ -1,0 +1,59 @@
+// Internal: the loop nest of the GEMM rows kernels, shared by the
+// instruction-set kernels. Include only from those translation units; it has
+// internal linkage for the reason given in e4m3_simd.h.
+//
+// Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c, ldc) computes output
+// columns [col, col + NB) for activation rows [row0, row0 + MB). The driver
+// walks the columns in blocks whose weights fit in L2 (so that every group of
+// activation rows reuses them from cache), and within a block the activation
+// rows kMaxMb at a time, NB columns at a time (then one at a time).
+#pragma once
+
+#include <cstdint>
+
+// Fully unrolls a loop over a tile's compile-time extent, so that the
+// accumulator arrays live in registers (without it GCC 12 keeps a 4x4 tile's
+// accumulators on the stack and reloads them every step).
+#define OCTET_UNROLL _Pragma("GCC unroll 16")
+
+namespace octet::cpu_internal {
+namespace {  // NOLINT(build/namespaces): see above
+
+// Weight bytes per column block: half of a 2 MiB L2, or of a 1 MiB one.
+constexpr int64_t kColumnBlockBytes = int64_t{256} << 10;
+
+template <int NB, int MB, template <int, int> class Tile, typename W>
+void RunRowTile(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
+                int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc) {
+  if constexpr (MB > 1) {
+    if (mb < MB) {
+      RunRowTile<NB, MB - 1, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc);
+      return;
+    }
+  }
+  Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c, ldc);
+}
+
+template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
+void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
+                int64_t k, int64_t n_begin, int64_t n_end, float* c,
+                int64_t ldc, int64_t b_row_bytes) {
+  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
+  block = block < kNb ? kNb : block / kNb * kNb;
+  for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
+    const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
+    for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
+      const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
+      int64_t col = c0;
+      for (; col + kNb <= c1; col += kNb) {
+        RunRowTile<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc);
+      }
+      for (; col < c1; ++col) {
+        RunRowTile<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace octet::cpu_internal

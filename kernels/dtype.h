@@ -1,0 +1,45 @@
+// Element types that cross kernel APIs.
+//
+// Kernels take raw pointers plus a DType where one entry point serves several
+// element types (GEMM outputs, quantizer inputs). Storage types are plain
+// bit containers: `Bf16` below, and `uint8_t` for float8 e4m3 codes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace octet {
+
+enum class DType : uint8_t {
+  kF32,   // IEEE binary32
+  kBf16,  // bfloat16: the upper half of a binary32
+  kE4m3,  // OCP float8 e4m3fn code (see kernels/fp8.h)
+};
+
+constexpr size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 4;
+    case DType::kBf16:
+      return 2;
+    case DType::kE4m3:
+      return 1;
+  }
+  return 0;
+}
+
+constexpr absl::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kE4m3:
+      return "e4m3";
+  }
+  return "?";
+}
+
+}  // namespace octet
