@@ -1,0 +1,35 @@
+# octet's front door. Everything real is in CMake; these targets only chain
+# the steps so that one command works on a fresh machine.
+#
+#   make test   install missing packages, configure, build, run every test
+#   make run    the same set-up, then the main job (for now: the GEMM benchmark)
+#   make build  every program into build/bin/
+#
+# CMAKE_FLAGS passes options through, e.g. make build CMAKE_FLAGS=-DOCTET_CUDA=OFF
+
+BUILD_DIR ?= build
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps configure build test run clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Every test: unit, slow and gpu (gpu tests report "Skipped" without a GPU).
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+
+run: build
+	$(BUILD_DIR)/bin/bench_gemm
+
+clean:
+	rm -rf $(BUILD_DIR)

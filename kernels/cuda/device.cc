@@ -1,0 +1,33 @@
+#include "kernels/cuda/device.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace octet {
+
+int CudaDeviceCount() {
+  int count = 0;
+  // Without a driver this returns cudaErrorInsufficientDriver or
+  // cudaErrorNoDevice; either way there is nothing to run on.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error state
+    return 0;
+  }
+  return count;
+}
+
+std::string DescribeCudaDevice(int device) {
+  cudaDeviceProp prop;
+  const cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::StrCat("no CUDA device ", device, ": ", cudaGetErrorString(e));
+  }
+  return absl::StrFormat("%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name,
+                         prop.major, prop.minor, prop.multiProcessorCount,
+                         prop.totalGlobalMem / double(1 << 30));
+}
+
+}  // namespace octet

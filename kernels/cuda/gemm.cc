@@ -1,0 +1,259 @@
+// cuBLASLt plans and calls for CublasLtGemm (see gemm.h).
+//
+// Row-major Y[M,N] = A[M,K]·B[N,K]ᵀ is, in cuBLAS's column-major terms,
+// Yᵀ[N,M] = B·Aᵀ: the weights are cuBLAS's "A" with op T (a K x N column-major
+// matrix with ld K), the activations are cuBLAS's "B" with op N (K x M, ld K),
+// and the output is N x M with ld N. This "TN" form is the one cuBLASLt's FP8
+// kernels require.
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_fallback.h"
+
+namespace octet {
+
+namespace {
+
+// One cached cuBLASLt problem: descriptors and the heuristic's algorithm, or
+// the decision to use the fallback kernel.
+struct Plan {
+  bool fallback = false;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Plan() {
+    if (y) cublasLtMatrixLayoutDestroy(y);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct PlanKey {
+  bool fp8;
+  int64_t m, n, k;
+  DType y_dtype;
+  int alignment;  // smallest power-of-two alignment of the operands (<= 256)
+  template <typename H>
+  friend H AbslHashValue(H h, const PlanKey& key) {
+    return H::combine(std::move(h), key.fp8, key.m, key.n, key.k, key.y_dtype,
+                      key.alignment);
+  }
+  bool operator==(const PlanKey&) const = default;
+};
+
+int Alignment(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && v % align != 0) align /= 2;
+  return align;
+}
+
+absl::Status CheckShape(int64_t m, int64_t n, int64_t k, const void* a,
+                        const void* b, const void* y, DType y_dtype,
+                        const char* what) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": dimensions must be >= 0, got M=", m, " N=", n, " K=", k));
+  }
+  if (y_dtype != DType::kF32 && y_dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": output type must be f32 or bf16, got ", DTypeName(y_dtype)));
+  }
+  if (m > 0 && n > 0 && (a == nullptr || b == nullptr || y == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null operand"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct CublasLtGemm::State {
+  explicit State(const Options& o) : options(o) {}
+  ~State() {
+    plans.clear();
+    if (workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
+  // Returns the plan for `key`, asking the heuristic the first time.
+  absl::StatusOr<Plan*> GetPlan(const PlanKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  const Options options;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  absl::Mutex mu;
+  absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans ABSL_GUARDED_BY(mu);
+  Path last_path ABSL_GUARDED_BY(mu) = Path::kNone;
+};
+
+CublasLtGemm::CublasLtGemm(std::unique_ptr<State> state)
+    : state_(std::move(state)) {}
+CublasLtGemm::~CublasLtGemm() = default;
+
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
+    const Options& options) {
+  auto state = std::make_unique<State>(options);
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtCreate(&state->handle));
+  if (options.workspace_bytes > 0) {
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&state->workspace, options.workspace_bytes));
+  }
+  return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(state)));
+}
+
+absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t in_type = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const cudaDataType_t y_type =
+      key.y_dtype == DType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  if (key.fp8) {
+    // binary32 accumulation throughout (the contract), not Hopper's faster
+    // reduced-precision FP8 accumulation.
+    const int8_t fast_accum = 0;
+    OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+        sizeof(fast_accum)));
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->a, in_type, key.k, key.n, key.k));
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->b, in_type, key.k, key.m, key.k));
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->y, y_type, key.n, key.m, key.n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = options.workspace_bytes;
+  const uint32_t align = static_cast<uint32_t>(key.alignment);
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
+                                                sizeof(align));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b,
+                                        plan->y, plan->y, pref, 1, &result,
+                                        &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  // No algorithm for this shape/alignment (NOT_SUPPORTED, or none found):
+  // serve it with the fallback kernel rather than fail.
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan->algo = result.algo;
+  } else if (st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan->fallback = true;
+  } else {
+    OCTET_CUDA_RETURN_IF_ERROR(st);
+  }
+  Plan* raw = plan.get();
+  plans.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
+                               DType y_dtype, const void* a, const void* b,
+                               const float* d_scale_a, const float* d_scale_b,
+                               void* y, cudaStream_t stream) {
+  const PlanKey key{
+      fp8, m,       n,
+      k,   y_dtype, std::min({Alignment(a), Alignment(b), Alignment(y)})};
+  absl::MutexLock lock(&state_->mu);
+  absl::StatusOr<Plan*> plan = state_->GetPlan(key);
+  if (!plan.ok()) return plan.status();
+  if ((*plan)->fallback) {
+    state_->last_path = Path::kFallback;
+    if (key.fp8) {
+      return CudaGemmE4m3Fallback(static_cast<const uint8_t*>(a), d_scale_a,
+                                  static_cast<const uint8_t*>(b), d_scale_b,
+                                  key.m, key.n, key.k, y, key.y_dtype, stream);
+    }
+    return CudaGemmBf16Fallback(static_cast<const octet::Bf16*>(a),
+                                static_cast<const octet::Bf16*>(b), key.m,
+                                key.n, key.k, y, key.y_dtype, stream);
+  }
+  state_->last_path = Path::kCublasLt;
+  if (key.fp8) {
+    // cuBLAS's A is our weights (b), its B our activations (a).
+    OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        (*plan)->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &d_scale_b,
+        sizeof(d_scale_b)));
+    OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        (*plan)->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &d_scale_a,
+        sizeof(d_scale_a)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmul(
+      state_->handle, (*plan)->desc, &alpha, b, (*plan)->a, a, (*plan)->b,
+      &beta, y, (*plan)->y, y, (*plan)->y, &(*plan)->algo, state_->workspace,
+      state_->options.workspace_bytes, stream));
+  return absl::OkStatus();
+}
+
+absl::Status CublasLtGemm::E4m3(const uint8_t* qa, const float* d_scale_a,
+                                const uint8_t* qb, const float* d_scale_b,
+                                int64_t m, int64_t n, int64_t k, void* y,
+                                DType y_dtype, cudaStream_t stream) {
+  absl::Status s =
+      CheckShape(m, n, k, qa, qb, y, y_dtype, "CublasLtGemm::E4m3");
+  if (!s.ok()) return s;
+  if (d_scale_a == nullptr || d_scale_b == nullptr) {
+    return absl::InvalidArgumentError("CublasLtGemm::E4m3: null scale pointer");
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  return Run(true, m, n, k, y_dtype, qa, qb, d_scale_a, d_scale_b, y, stream);
+}
+
+absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,
+                                int64_t m, int64_t n, int64_t k, void* y,
+                                DType y_dtype, cudaStream_t stream) {
+  absl::Status s = CheckShape(m, n, k, a, b, y, y_dtype, "CublasLtGemm::Bf16");
+  if (!s.ok()) return s;
+  if (m == 0 || n == 0) return absl::OkStatus();
+  return Run(false, m, n, k, y_dtype, a, b, nullptr, nullptr, y, stream);
+}
+
+CublasLtGemm::Path CublasLtGemm::LastPath() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->last_path;
+}
+
+absl::string_view CublasLtGemm::PathName(Path path) {
+  switch (path) {
+    case Path::kNone:
+      return "none";
+    case Path::kCublasLt:
+      return "cublaslt";
+    case Path::kFallback:
+      return "fallback";
+  }
+  return "?";
+}
+
+}  // namespace octet

@@ -1,0 +1,76 @@
+// GEMMs on a CUDA device through cuBLASLt: float8 e4m3 (the FP8 linear
+// layers) and bfloat16 (the baseline), in the same layouts and with the same
+// meaning as kernels/cpu/gemm.h:
+//
+//   E4m3: Y[M,N] = (decode(qa[M,K]) · decode(qb[N,K])ᵀ) · (*d_scale_a ·
+//   *d_scale_b) Bf16: Y[M,N] = A[M,K] · B[N,K]ᵀ
+//
+// binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16. The
+// scales are device pointers, so a scale computed on the GPU (quantize.h) is
+// used without a host round trip.
+//
+// For each shape the cuBLASLt heuristic is asked once and its choice cached
+// with the descriptors. Shapes cuBLASLt cannot serve (e.g. K or N not a
+// multiple of 16 for FP8, misaligned pointers) go to a simple, correct CUDA
+// kernel (gemm_fallback.cu) instead; LastPath() says which one ran.
+//
+// Thread-safe: the plan cache is guarded by a mutex; kernels are enqueued on
+// the caller's stream. The workspace is shared, so concurrent calls must be
+// on the same stream (or use one CublasLtGemm per stream).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/bf16.h"
+#include "kernels/dtype.h"
+
+namespace octet {
+
+class CublasLtGemm {
+ public:
+  struct Options {
+    // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
+    size_t workspace_bytes = size_t{32} << 20;
+  };
+
+  enum class Path { kNone, kCublasLt, kFallback };
+
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(
+      const Options& options);
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create() {
+    return Create(Options{});
+  }
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  absl::Status E4m3(const uint8_t* qa, const float* d_scale_a,
+                    const uint8_t* qb, const float* d_scale_b, int64_t m,
+                    int64_t n, int64_t k, void* y, DType y_dtype,
+                    cudaStream_t stream);
+
+  absl::Status Bf16(const octet::Bf16* a, const octet::Bf16* b, int64_t m,
+                    int64_t n, int64_t k, void* y, DType y_dtype,
+                    cudaStream_t stream);
+
+  // The path the most recent call took.
+  Path LastPath() const;
+  static absl::string_view PathName(Path path);
+
+ private:
+  struct State;  // cuBLASLt handle, workspace, plan cache (gemm.cc)
+  explicit CublasLtGemm(std::unique_ptr<State> state);
+  absl::Status Run(bool fp8, int64_t m, int64_t n, int64_t k, DType y_dtype,
+                   const void* a, const void* b, const float* d_scale_a,
+                   const float* d_scale_b, void* y, cudaStream_t stream);
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace octet

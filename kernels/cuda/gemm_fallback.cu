@@ -1,0 +1,79 @@
+// Plain CUDA GEMMs for the shapes cuBLASLt's FP8 and BF16 kernels reject
+// (odd K or N, unaligned pointers): slow, obviously correct, and the
+// device-side twin of the CPU scalar kernels.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_fallback.h"
+
+namespace octet {
+namespace {
+
+__device__ inline float Value(uint8_t code) {
+  __nv_fp8_e4m3 v;
+  v.__x = code;
+  return static_cast<float>(v);
+}
+__device__ inline float Value(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__global__ void GemmFallbackKernel(const T* __restrict__ a,
+                                   const T* __restrict__ b,
+                                   const float* scale_a, const float* scale_b,
+                                   int64_t m, int64_t n, int64_t k, bool y_bf16,
+                                   void* y) {
+  const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  const float scale = (scale_a && scale_b) ? *scale_a * *scale_b : 1.0f;
+  const T* w = b + col * k;
+  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+    const T* x = a + row * k;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; ++i) acc = fmaf(Value(x[i]), Value(w[i]), acc);
+    const float v = acc * scale;
+    if (y_bf16) {
+      static_cast<__nv_bfloat16*>(y)[row * n + col] = __float2bfloat16_rn(v);
+    } else {
+      static_cast<float*>(y)[row * n + col] = v;
+    }
+  }
+}
+
+template <typename T>
+absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
+                    int64_t m, int64_t n, int64_t k, void* y, DType y_dtype,
+                    cudaStream_t stream) {
+  if (y_dtype != DType::kF32 && y_dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GEMM output must be f32 or bf16, got ", DTypeName(y_dtype)));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(m < 65535 ? m : 65535));
+  GemmFallbackKernel<<<grid, kThreads, 0, stream>>>(a, b, sa, sb, m, n, k,
+                                                    y_dtype == DType::kBf16, y);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaGemmE4m3Fallback(const uint8_t* qa, const float* d_scale_a,
+                                  const uint8_t* qb, const float* d_scale_b,
+                                  int64_t m, int64_t n, int64_t k, void* y,
+                                  DType y_dtype, cudaStream_t stream) {
+  return Launch(qa, qb, d_scale_a, d_scale_b, m, n, k, y, y_dtype, stream);
+}
+
+absl::Status CudaGemmBf16Fallback(const Bf16* a, const Bf16* b, int64_t m,
+                                  int64_t n, int64_t k, void* y, DType y_dtype,
+                                  cudaStream_t stream) {
+  return Launch(reinterpret_cast<const __nv_bfloat16*>(a),
+                reinterpret_cast<const __nv_bfloat16*>(b), nullptr, nullptr, m,
+                n, k, y, y_dtype, stream);
+}
+
+}  // namespace octet

@@ -1,0 +1,706 @@
+// bench_gemm: FP8 vs BF16 GEMM on the linear-layer shapes of Mistral-7B, the
+// table octet's idea started from (vLLM's first FP8 support was slower than
+// BF16: activation quantization cost ~100 µs per call and small-batch FP8
+// GEMMs were slow).
+//
+// For each weight shape (N out, K in) and batch size M it times, side by side
+// in one run:
+//   bf16_ms       Y = A·Bᵀ, both bfloat16 (the baseline)
+//   fp8_ms        the e4m3 GEMM on activations already quantized
+//   fp8_quant_ms  dynamic activation quantization (absmax, scale, codes) of
+//                 the activation-dtype input, then the e4m3 GEMM
+// and prints both speedups over BF16, the fp8_quant column's achieved GB/s
+// (weights + input activations + output, the bytes that must move) and
+// TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
+// measured at the start of the same run.
+//
+// Every timed call reads a different copy of the weights, cycling through at
+// least --rotate_mib, so weights stream from memory as they do when serving a
+// whole model, instead of sitting in a cache that holds one layer.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "kernels/aligned.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/options.h"
+#include "kernels/cpu/quantize.h"
+#include "tests/bench/membw.h"
+
+#if defined(OCTET_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quantize.h"
+#endif
+
+ABSL_FLAG(std::string, shapes, "6144x4096,4096x4096,28672x4096,4096x14336",
+          "weight shapes OUTxIN (N x K), comma-separated; the default is "
+          "Mistral-7B's fused QKV, o_proj, fused gate_up and down_proj");
+ABSL_FLAG(std::string, m, "1,2,4,8,16,32,64,128,256,512,1024,2048",
+          "batch sizes M (activation rows), comma-separated");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto (cuda when a GPU is usable, else cpu), cpu or cuda");
+ABSL_FLAG(int32_t, reps, 0,
+          "timed repetitions per cell; 0 = as many as fit in --min_time_ms "
+          "(at least 5 on the CPU)");
+ABSL_FLAG(double, min_time_ms, 300.0,
+          "with --reps=0: time each cell for at least this long");
+ABSL_FLAG(int64_t, cpu_max_m, 128,
+          "on the CPU backend, skip rows with M above this (M=2048 on the "
+          "largest shape takes about a minute a row); --cpu_max_m=2048 runs "
+          "every row");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
+ABSL_FLAG(std::string, cpu_isa, "auto",
+          "CPU kernel level: auto, scalar, avx2 or avx512");
+ABSL_FLAG(int64_t, rotate_mib, 1024,
+          "rotate each dtype's weights over copies totalling at least this "
+          "many MiB (0: one copy, cache-warm numbers)");
+ABSL_FLAG(std::string, format, "table", "table or csv");
+
+namespace octet::bench {
+namespace {
+
+struct Shape {
+  int64_t n, k;
+};
+
+struct Row {
+  int64_t m = 0, n = 0, k = 0;
+  double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
+  double bytes = 0;  // compulsory traffic of the fp8_quant call
+};
+
+struct Config {
+  std::vector<Shape> shapes;
+  std::vector<int64_t> ms;
+  std::string backend;
+  int reps;
+  double min_time_ms;
+  int64_t cpu_max_m;
+  int threads;
+  CpuIsa cpu_isa;
+  int64_t rotate_bytes;
+  bool csv;
+};
+
+// ---------------------------------------------------------------- flags
+
+absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text,
+                                               const char* flag, int64_t max) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 1 || v > max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", part, "' is not an integer in [1, ", max, "]"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<Config> ParseFlags() {
+  Config c;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',')) {
+    std::vector<std::string> nk = absl::StrSplit(part, 'x');
+    Shape s{};
+    if (nk.size() != 2 || !absl::SimpleAtoi(nk[0], &s.n) ||
+        !absl::SimpleAtoi(nk[1], &s.k) || s.n < 1 || s.k < 1 ||
+        s.n > (1 << 20) || s.k > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shapes: '", part, "' is not OUTxIN with both in [1, 1048576]"));
+    }
+    c.shapes.push_back(s);
+  }
+  absl::StatusOr<std::vector<int64_t>> ms =
+      ParseInts(absl::GetFlag(FLAGS_m), "m", 65536);
+  if (!ms.ok()) return ms.status();
+  c.ms = *ms;
+  c.backend = absl::GetFlag(FLAGS_backend);
+  if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: '", c.backend, "' is not auto, cpu or cuda"));
+  }
+  c.reps = absl::GetFlag(FLAGS_reps);
+  if (c.reps < 0 || c.reps > 100000) {
+    return absl::InvalidArgumentError("--reps: must be in [0, 100000]");
+  }
+  c.min_time_ms = absl::GetFlag(FLAGS_min_time_ms);
+  if (!(c.min_time_ms > 0 && c.min_time_ms <= 600000)) {
+    return absl::InvalidArgumentError("--min_time_ms: must be in (0, 600000]");
+  }
+  c.cpu_max_m = absl::GetFlag(FLAGS_cpu_max_m);
+  if (c.cpu_max_m < 0) {
+    return absl::InvalidArgumentError("--cpu_max_m: must be >= 0");
+  }
+  c.threads = absl::GetFlag(FLAGS_threads);
+  if (c.threads < 0 || c.threads > 4096) {
+    return absl::InvalidArgumentError("--threads: must be in [0, 4096]");
+  }
+  absl::StatusOr<CpuIsa> isa = ParseCpuIsa(absl::GetFlag(FLAGS_cpu_isa));
+  if (!isa.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_isa: ", isa.status().message()));
+  if (!CpuIsaSupported(*isa)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_isa: this CPU cannot run ", CpuIsaName(*isa), " (",
+                     DescribeCpuFeatures(), ")"));
+  }
+  c.cpu_isa = *isa;
+  const int64_t rotate_mib = absl::GetFlag(FLAGS_rotate_mib);
+  if (rotate_mib < 0 || rotate_mib > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError("--rotate_mib: must be in [0, 1048576]");
+  }
+  c.rotate_bytes = rotate_mib << 20;
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "table" && format != "csv") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: '", format, "' is not table or csv"));
+  }
+  c.csv = format == "csv";
+  return c;
+}
+
+// ---------------------------------------------------------------- helpers
+
+// Cheap deterministic pseudo-random values in [-1, 1) (xorshift64*): the
+// benchmark needs realistic magnitudes, not statistical quality, and must
+// fill gigabytes quickly.
+void FillUniform(float* x, int64_t n, float scale, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    x[i] = scale * (static_cast<float>(r >> 40) * 0x1p-23f - 1.0f);
+  }
+}
+
+AlignedVector<Bf16> ToBf16(const AlignedVector<float>& x) {
+  AlignedVector<Bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = FloatToBf16(x[i]);
+  return out;
+}
+
+int64_t Copies(int64_t rotate_bytes, int64_t bytes_per_copy) {
+  return std::max<int64_t>(
+      1, (rotate_bytes + bytes_per_copy - 1) / bytes_per_copy);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// Times the calls side by side: each round runs every call once (call(i)
+// with i counting rounds). Warm-up rounds run for at least half of
+// --min_time_ms (and two rounds): freshly allocated weights can still be
+// settling into huge pages for a while. Then timed rounds run until --reps
+// rounds or --min_time_ms have passed (at least 5 rounds). Returns each
+// call's median wall time in ms. Interleaving keeps a noisy or drifting
+// machine from favouring whichever column ran in a quiet moment.
+absl::StatusOr<std::vector<double>> TimeCpuMs(
+    const std::vector<std::function<absl::Status(int)>>& calls,
+    const Config& c) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  int round = 0;
+  for (const auto warm = Clock::now();
+       round < 2 || ms_since(warm) < c.min_time_ms / 2; ++round) {
+    for (const auto& call : calls) {
+      absl::Status s = call(round);
+      if (!s.ok()) return s;
+    }
+  }
+  std::vector<std::vector<double>> times(calls.size());
+  const auto begin = Clock::now();
+  for (int timed = 1;; ++timed, ++round) {
+    for (size_t j = 0; j < calls.size(); ++j) {
+      const auto t0 = Clock::now();
+      absl::Status s = calls[j](round);
+      if (!s.ok()) return s;
+      times[j].push_back(ms_since(t0));
+    }
+    if (c.reps > 0 ? timed >= c.reps
+                   : (timed >= 5 && ms_since(begin) >= c.min_time_ms) ||
+                         timed >= 10000) {
+      break;
+    }
+  }
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(Median(t));
+  return medians;
+}
+
+// ---------------------------------------------------------------- backends
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+  virtual std::string Describe() const = 0;
+  virtual absl::StatusOr<double> ReadBandwidthGBps() = 0;
+  // Allocates and fills the rotated weight copies of one shape.
+  virtual absl::Status PrepareShape(const Shape& s) = 0;
+  virtual absl::StatusOr<Row> Measure(int64_t m) = 0;
+  virtual std::string Notes() const = 0;
+  virtual std::string Timing() const = 0;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const Config& c)
+      : c_(c), options_{.isa = c.cpu_isa, .num_threads = c.threads} {}
+
+  std::string Name() const override { return "cpu"; }
+  std::string Describe() const override {
+    return absl::StrCat("cpu: ", CpuIsaName(ResolveCpuIsa(c_.cpu_isa)),
+                        " kernels, ", cpu_internal::ThreadCount(options_),
+                        " threads (", DescribeCpuFeatures(), ")");
+  }
+  std::string Notes() const override {
+    return "activations f32 (octet's CPU activation dtype), output f32";
+  }
+  std::string Timing() const override {
+    return "each cell: bf16, fp8 and fp8q interleaved in rounds (warm-up, "
+           "then >= 5 rounds), median wall time of each; quant_us timed "
+           "alone, input in cache";
+  }
+
+  absl::StatusOr<double> ReadBandwidthGBps() override {
+    return CpuReadBandwidthGBps(size_t{1} << 30,
+                                cpu_internal::ThreadCount(options_), 5);
+  }
+
+  absl::Status PrepareShape(const Shape& s) override {
+    shape_ = s;
+    const int64_t nk = s.n * s.k;
+    AlignedVector<float> w(nk);
+    FillUniform(w.data(), nk, 1.0f / std::sqrt(float(s.k)), s.n * 31 + s.k);
+    const AlignedVector<Bf16> w16 = ToBf16(w);
+    AlignedVector<uint8_t> wq(nk);
+    absl::StatusOr<E4m3Scale> scale =
+        QuantizeE4m3Dynamic(w.data(), nk, wq.data(), options_);
+    if (!scale.ok()) return scale.status();
+    w_scale_ = scale->scale;
+    w_bf16_.assign(Copies(c_.rotate_bytes, 2 * nk), w16);
+    w_fp8_.assign(Copies(c_.rotate_bytes, nk), wq);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Row> Measure(int64_t m) override {
+    const int64_t n = shape_.n, k = shape_.k;
+    AlignedVector<float> x(m * k);
+    FillUniform(x.data(), m * k, 2.0f, m * 7 + k);
+    const AlignedVector<Bf16> x16 = ToBf16(x);
+    AlignedVector<uint8_t> xq(m * k);
+    AlignedVector<float> y(m * n);
+    absl::StatusOr<E4m3Scale> xs =
+        QuantizeE4m3Dynamic(x.data(), m * k, xq.data(), options_);
+    if (!xs.ok()) return xs.status();
+
+    Row row{.m = m, .n = n, .k = k};
+    // Each call takes the next copy of its dtype's weights, so no call finds
+    // the weights another call just read still in cache.
+    size_t next_bf16 = 0, next_fp8 = 0;
+    auto bf16 = [&](int) {
+      return GemmBf16(x16.data(), w_bf16_[next_bf16++ % w_bf16_.size()].data(),
+                      m, n, k, y.data(), DType::kF32, options_);
+    };
+    auto fp8 = [&](int) {
+      return GemmE4m3(xq.data(), xs->scale,
+                      w_fp8_[next_fp8++ % w_fp8_.size()].data(), w_scale_, m, n,
+                      k, y.data(), DType::kF32, options_);
+    };
+    auto fp8_quant = [&](int) {
+      absl::StatusOr<E4m3Scale> s =
+          QuantizeE4m3Dynamic(x.data(), m * k, xq.data(), options_);
+      if (!s.ok()) return s.status();
+      return GemmE4m3(xq.data(), s->scale,
+                      w_fp8_[next_fp8++ % w_fp8_.size()].data(), w_scale_, m, n,
+                      k, y.data(), DType::kF32, options_);
+    };
+    absl::StatusOr<std::vector<double>> t =
+        TimeCpuMs({bf16, fp8, fp8_quant}, c_);
+    if (!t.ok()) return t.status();
+    row.bf16_ms = (*t)[0];
+    row.fp8_ms = (*t)[1];
+    row.fp8_quant_ms = (*t)[2];
+    // The quantization alone, on its own, input in cache (as it is in a
+    // forward pass, right after the op that produced it).
+    auto quant = [&](int) {
+      return QuantizeE4m3Dynamic(x.data(), m * k, xq.data(), options_).status();
+    };
+    Config quick = c_;
+    quick.min_time_ms = std::min(c_.min_time_ms, 20.0);
+    absl::StatusOr<std::vector<double>> tq = TimeCpuMs({quant}, quick);
+    if (!tq.ok()) return tq.status();
+    row.quant_us = (*tq)[0] * 1e3;
+    row.bytes = double(n) * k + double(m) * k * sizeof(float) +
+                double(m) * n * sizeof(float);
+    return row;
+  }
+
+ private:
+  const Config c_;
+  const CpuKernelOptions options_;
+  Shape shape_{};
+  float w_scale_ = 1.0f;
+  std::vector<AlignedVector<Bf16>> w_bf16_;
+  std::vector<AlignedVector<uint8_t>> w_fp8_;
+};
+
+#if defined(OCTET_HAVE_CUDA)
+
+// Device memory owned by the benchmark.
+struct DeviceMem {
+  void* p = nullptr;
+  DeviceMem() = default;
+  DeviceMem(DeviceMem&& o) noexcept : p(o.p) { o.p = nullptr; }
+  ~DeviceMem() { cudaFree(p); }
+  absl::Status Alloc(size_t bytes) {
+    OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const Config& c) : c_(c) {}
+
+  absl::Status Init() {
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_));
+    absl::StatusOr<std::unique_ptr<CublasLtGemm>> g = CublasLtGemm::Create();
+    if (!g.ok()) return g.status();
+    gemm_ = std::move(*g);
+    absl::StatusOr<std::unique_ptr<CudaE4m3Quantizer>> q =
+        CudaE4m3Quantizer::Create();
+    if (!q.ok()) return q.status();
+    quantizer_ = std::move(*q);
+    return absl::OkStatus();
+  }
+  ~CudaBackend() override {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string Name() const override { return "cuda"; }
+  std::string Describe() const override {
+    return absl::StrCat("cuda: ", DescribeCudaDevice(0),
+                        ", cuBLASLt, timed by CUDA graph replay");
+  }
+  std::string Notes() const override {
+    return "activations bf16 (octet's GPU activation dtype), output bf16";
+  }
+  std::string Timing() const override {
+    return "each cell: mean per call over a CUDA graph of >= 20 calls";
+  }
+
+  absl::StatusOr<double> ReadBandwidthGBps() override {
+    return CudaReadBandwidthGBps(size_t{4} << 30, 5);
+  }
+
+  absl::Status PrepareShape(const Shape& s) override {
+    shape_ = s;
+    const int64_t nk = s.n * s.k;
+    AlignedVector<float> w(nk);
+    FillUniform(w.data(), nk, 1.0f / std::sqrt(float(s.k)), s.n * 31 + s.k);
+    const AlignedVector<Bf16> w16 = ToBf16(w);
+    w_bf16_.clear();
+    w_fp8_.clear();
+    for (int64_t i = 0; i < Copies(c_.rotate_bytes, 2 * nk); ++i) {
+      DeviceMem d;
+      absl::Status st = d.Alloc(2 * nk);
+      if (!st.ok()) return st;
+      OCTET_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(d.p, w16.data(), 2 * nk, cudaMemcpyHostToDevice));
+      w_bf16_.push_back(std::move(d));
+    }
+    // Quantize the device weights once, as a worker does at load.
+    absl::Status st = w_scale_.Alloc(sizeof(float));
+    if (!st.ok()) return st;
+    for (int64_t i = 0; i < Copies(c_.rotate_bytes, nk); ++i) {
+      DeviceMem d;
+      if (!(st = d.Alloc(nk)).ok()) return st;
+      st = quantizer_->QuantizeDynamic(w_bf16_[0].p, DType::kBf16, nk,
+                                       d.as<uint8_t>(), w_scale_.as<float>(),
+                                       stream_);
+      if (!st.ok()) return st;
+      w_fp8_.push_back(std::move(d));
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Row> Measure(int64_t m) override {
+    const int64_t n = shape_.n, k = shape_.k;
+    AlignedVector<float> x(m * k);
+    FillUniform(x.data(), m * k, 2.0f, m * 7 + k);
+    const AlignedVector<Bf16> x16 = ToBf16(x);
+    DeviceMem dx, dxq, dxs, dy;
+    absl::Status st;
+    if (!(st = dx.Alloc(2 * m * k)).ok() || !(st = dxq.Alloc(m * k)).ok() ||
+        !(st = dxs.Alloc(4)).ok() || !(st = dy.Alloc(2 * m * n)).ok()) {
+      return st;
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dx.p, x16.data(), 2 * m * k, cudaMemcpyHostToDevice));
+    auto quant = [&](int) {
+      return quantizer_->QuantizeDynamic(dx.p, DType::kBf16, m * k,
+                                         dxq.as<uint8_t>(), dxs.as<float>(),
+                                         stream_);
+    };
+    st = quant(0);
+    if (!st.ok()) return st;
+    auto bf16 = [&](int i) {
+      return gemm_->Bf16(dx.as<Bf16>(), w_bf16_[i % w_bf16_.size()].as<Bf16>(),
+                         m, n, k, dy.p, DType::kBf16, stream_);
+    };
+    auto fp8 = [&](int i) {
+      return gemm_->E4m3(dxq.as<uint8_t>(), dxs.as<float>(),
+                         w_fp8_[i % w_fp8_.size()].as<uint8_t>(),
+                         w_scale_.as<float>(), m, n, k, dy.p, DType::kBf16,
+                         stream_);
+    };
+    auto fp8_quant = [&](int i) {
+      absl::Status s = quant(i);
+      return s.ok() ? fp8(i) : s;
+    };
+    Row row{.m = m, .n = n, .k = k};
+    absl::StatusOr<double> t;
+    if (!(t = TimeMs(bf16)).ok()) return t.status();
+    row.bf16_ms = *t;
+    if (!(t = TimeMs(fp8)).ok()) return t.status();
+    row.fp8_ms = *t;
+    if (!(t = TimeMs(fp8_quant)).ok()) return t.status();
+    row.fp8_quant_ms = *t;
+    if (!(t = TimeMs(quant)).ok()) return t.status();
+    row.quant_us = *t * 1e3;
+    row.bytes = double(n) * k + double(m) * k * 2 + double(m) * n * 2;
+    return row;
+  }
+
+ private:
+  // Mean time per call, from replaying a CUDA graph of `reps` calls (so
+  // launch overhead is the GPU's, not the host's), after warm-up.
+  absl::StatusOr<double> TimeMs(const std::function<absl::Status(int)>& call) {
+    for (int i = 0; i < 3; ++i) {
+      absl::Status s = call(i);
+      if (!s.ok()) return s;
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    // Estimate one call to size the graph.
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
+    for (int i = 0; i < 5; ++i) {
+      absl::Status s = call(i);
+      if (!s.ok()) return s;
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+    float est = 0;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&est, start_, stop_));
+    const int reps =
+        c_.reps > 0
+            ? c_.reps
+            : static_cast<int>(std::clamp(
+                  c_.min_time_ms / std::max(est / 5, 1e-3f), 20.0, 2000.0));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    absl::Status captured = absl::OkStatus();
+    for (int i = 0; i < reps && captured.ok(); ++i) captured = call(i);
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream_, &graph));
+    if (!captured.ok()) {
+      cudaGraphDestroy(graph);
+      return captured;
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));  // warm
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+    float ms = 0;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return double(ms) / reps;
+  }
+
+  const Config c_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<CudaE4m3Quantizer> quantizer_;
+  Shape shape_{};
+  DeviceMem w_scale_;
+  std::vector<DeviceMem> w_bf16_, w_fp8_;
+};
+
+#endif  // OCTET_HAVE_CUDA
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
+#if defined(OCTET_HAVE_CUDA)
+  const bool have_gpu = CudaDeviceCount() > 0;
+  if (c.backend == "cuda" || (c.backend == "auto" && have_gpu)) {
+    if (!have_gpu) {
+      return absl::FailedPreconditionError(
+          "--backend=cuda: no usable CUDA device (" + DescribeCudaDevice(0) +
+          ")");
+    }
+    auto b = std::make_unique<CudaBackend>(c);
+    absl::Status s = b->Init();
+    if (!s.ok()) return s;
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+#else
+  if (c.backend == "cuda") {
+    return absl::FailedPreconditionError(
+        "--backend=cuda: this build has no CUDA backend (OCTET_CUDA=OFF or no "
+        "toolkit)");
+  }
+#endif
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(c));
+}
+
+// ---------------------------------------------------------------- output
+
+void PrintRow(const Config& c, const std::string& backend, const Row& r,
+              double bw_gbps) {
+  const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
+  const double tflops = 2.0 * r.m * r.n * r.k / (r.fp8_quant_ms * 1e-3) / 1e12;
+  const double pct = 100.0 * gbps / bw_gbps;
+  const double x_fp8 = r.bf16_ms / r.fp8_ms,
+               x_fp8q = r.bf16_ms / r.fp8_quant_ms;
+  if (c.csv) {
+    absl::PrintF("%s,%d,%d,%d,%.6f,%.6f,%.6f,%.4f,%.4f,%.2f,%.4f,%.2f\n",
+                 backend, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
+                 x_fp8, x_fp8q, gbps, tflops, pct);
+  } else {
+    absl::PrintF(
+        "%6d %6d %6d %10.4f %10.4f %10.4f %9.2f %7.2fx %7.2fx %8.1f %8.3f "
+        "%6.1f%%\n",
+        r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms, r.quant_us, x_fp8,
+        x_fp8q, gbps, tflops, pct);
+  }
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "FP8 (e4m3) vs BF16 GEMM benchmark on Mistral-7B's linear shapes.\n"
+      "  bench_gemm [--backend=cpu|cuda] [--m=1,16,256] [--format=csv] ...");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<Config> config = ParseFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "bench_gemm: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  const Config& c = *config;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(c);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "bench_gemm: %s\n",
+                 std::string(backend.status().message()).c_str());
+    return 2;
+  }
+  Backend& b = **backend;
+  absl::StatusOr<double> bw = b.ReadBandwidthGBps();
+  if (!bw.ok()) {
+    std::fprintf(stderr, "bench_gemm: measuring bandwidth: %s\n",
+                 std::string(bw.status().message()).c_str());
+    return 1;
+  }
+  const bool cpu = b.Name() == "cpu";
+  if (c.csv) {
+    absl::PrintF(
+        "backend,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,speedup_fp8,"
+        "speedup_fp8_quant,gbps,tflops,pct_bw\n");
+  } else {
+    absl::PrintF("bench_gemm  %s\n", b.Describe());
+    absl::PrintF("memory read bandwidth, measured now: %.1f GB/s\n", *bw);
+    absl::PrintF(
+        "%s; weights rotate over >= %d MiB per dtype\n%s\n"
+        "fp8q = dynamic activation quantization + FP8 GEMM; quant_us = the "
+        "quantization alone; x = speedup over bf16;\nGB/s, TFLOP/s and %%bw "
+        "are for fp8q (bytes = weights + activations in + output)\n\n",
+        b.Notes(), c.rotate_bytes >> 20, b.Timing());
+    absl::PrintF("%6s %6s %6s %10s %10s %10s %9s %8s %8s %8s %8s %7s\n", "M",
+                 "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
+                 "x_fp8q", "GB/s", "TFLOP/s", "%bw");
+  }
+  std::vector<int64_t> skipped;
+  for (const Shape& s : c.shapes) {
+    absl::Status st = b.PrepareShape(s);
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_gemm: shape %ldx%ld: %s\n", long(s.n),
+                   long(s.k), std::string(st.message()).c_str());
+      return 1;
+    }
+    for (int64_t m : c.ms) {
+      if (cpu && m > c.cpu_max_m) {
+        if (std::find(skipped.begin(), skipped.end(), m) == skipped.end()) {
+          skipped.push_back(m);
+        }
+        continue;
+      }
+      absl::StatusOr<Row> row = b.Measure(m);
+      if (!row.ok()) {
+        std::fprintf(stderr, "bench_gemm: M=%ld N=%ld K=%ld: %s\n", long(m),
+                     long(s.n), long(s.k),
+                     std::string(row.status().message()).c_str());
+        return 1;
+      }
+      PrintRow(c, b.Name(), *row, *bw);
+    }
+  }
+  if (!skipped.empty()) {
+    std::string list;
+    for (int64_t m : skipped)
+      absl::StrAppend(&list, list.empty() ? "" : ",", m);
+    std::fprintf(stderr,
+                 "bench_gemm: skipped CPU rows M=%s (above --cpu_max_m=%ld); "
+                 "run them with --cpu_max_m=%ld\n",
+                 list.c_str(), long(c.cpu_max_m), long(skipped.back()));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace octet::bench
+
+int main(int argc, char** argv) { return octet::bench::Main(argc, argv); }
