@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
+#include "kernels/gemm_args.h"
 
 namespace octet {
 namespace {
@@ -130,28 +131,11 @@ void RunKernels(const GemmKernels& kern, const Problem<Src>& p, int threads) {
   }
 }
 
-absl::Status CheckArgs(const void* a, const void* b, int64_t m, int64_t n,
-                       int64_t k, const void* y, DType y_dtype,
-                       const char* what) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": dimensions must be >= 0, got M=", m, " N=", n, " K=", k));
-  }
-  if (y_dtype != DType::kF32 && y_dtype != DType::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": output type must be f32 or bf16, got ", DTypeName(y_dtype)));
-  }
-  if ((m > 0 && n > 0 && y == nullptr) || (m > 0 && k > 0 && a == nullptr) ||
-      (n > 0 && k > 0 && b == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": null operand"));
-  }
-  return absl::OkStatus();
-}
-
 template <typename Src>
 absl::Status Run(const Problem<Src>& p, const CpuKernelOptions& options,
                  const char* what) {
-  absl::Status args = CheckArgs(p.a, p.b, p.m, p.n, p.k, p.y, p.y_dtype, what);
+  absl::Status args =
+      CheckGemmArgs(p.a, p.b, p.m, p.n, p.k, p.y, p.y_dtype, what);
   if (!args.ok()) return args;
   absl::StatusOr<CpuIsa> isa = cpu_internal::CheckOptions(options, what);
   if (!isa.ok()) return isa.status();

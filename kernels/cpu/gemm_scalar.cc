@@ -1,4 +1,5 @@
-// Scalar GEMM kernels: portable loops, the fallback below AVX2. Activations
+// Scalar GEMM kernels (*Ref): portable loops in K order, the reference
+// the CUDA fallback kernel mirrors and the fallback below AVX2. Activations
 // and converted weights are exact binary32 in natural K order.
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
@@ -11,14 +12,14 @@ inline float Value(Bf16 v) { return Bf16ToFloat(v); }
 inline float Value(float v) { return v; }
 
 template <typename Src>
-void Prepare(const Src* src, int64_t rows, int64_t k, void* dst) {
+void PrepareRef(const Src* src, int64_t rows, int64_t k, void* dst) {
   float* out = static_cast<float*>(dst);
   for (int64_t i = 0; i < rows * k; ++i) out[i] = Value(src[i]);
 }
 
 template <typename W>
-void Rows(const void* a_ptr, int64_t lda, int64_t m, const W* b, int64_t ldb,
-          int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
+void RowsRef(const void* a_ptr, int64_t lda, int64_t m, const W* b, int64_t ldb,
+             int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
   const float* a = static_cast<const float*>(a_ptr);
   for (int64_t col = n0; col < n1; ++col) {
     for (int64_t row = 0; row < m; ++row) {
@@ -31,10 +32,10 @@ void Rows(const void* a_ptr, int64_t lda, int64_t m, const W* b, int64_t ldb,
   }
 }
 
-void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
-                  int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
-                  int64_t ldc) {
-  Rows(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc);
+void PreparedRowsRef(const void* a, int64_t lda, int64_t m, const void* b,
+                     int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
+                     int64_t ldc) {
+  RowsRef(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc);
 }
 
 }  // namespace
@@ -42,12 +43,12 @@ void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
 const GemmKernels kGemmScalar = {
     .k_align = 1,
     .dot_bytes = 4,
-    .prepare_a_e4m3 = Prepare<uint8_t>,
-    .prepare_a_bf16 = Prepare<Bf16>,
-    .e4m3_rows = Rows<uint8_t>,
-    .bf16_rows = Rows<Bf16>,
-    .convert_b_e4m3 = Prepare<uint8_t>,
-    .prepared_rows = PreparedRows,
+    .prepare_a_e4m3 = PrepareRef<uint8_t>,
+    .prepare_a_bf16 = PrepareRef<Bf16>,
+    .e4m3_rows = RowsRef<uint8_t>,
+    .bf16_rows = RowsRef<Bf16>,
+    .convert_b_e4m3 = PrepareRef<uint8_t>,
+    .prepared_rows = PreparedRowsRef,
     .e4m3_dot_scale = 1.0f,
 };
 

@@ -21,7 +21,7 @@ absl::StatusOr<CpuIsa> CheckOptions(const CpuKernelOptions& options,
 }
 
 int ThreadCount(const CpuKernelOptions& options) {
-  return options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  return options.num_threads > 0 ? options.num_threads : omp_get_num_procs();
 }
 
 }  // namespace octet::cpu_internal

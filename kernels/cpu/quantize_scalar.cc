@@ -1,6 +1,6 @@
-// Scalar quantizer kernels: the contract written as plain loops. The
-// reference every faster level is tested against, and the fallback on CPUs
-// without AVX2.
+// Scalar quantizer kernels (*Ref): the contract written as plain loops. The
+// reference every faster level and the CUDA kernels are tested against, and
+// the fallback on CPUs without AVX2.
 #include <cmath>
 
 #include "kernels/cpu/quantize_kernels.h"
@@ -19,26 +19,26 @@ float ToFloat(T v) {
 }
 
 template <typename T>
-float AbsMaxScalar(const T* x, int64_t n) {
+float AbsMaxRef(const T* x, int64_t n) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) m = fmaxf(m, std::fabs(ToFloat(x[i])));
   return m;
 }
 
 template <typename T>
-void QuantizeScalar(const T* x, int64_t n, float inv, uint8_t* q) {
+void QuantizeRef(const T* x, int64_t n, float inv, uint8_t* q) {
   for (int64_t i = 0; i < n; ++i) q[i] = EncodeE4m3(ToFloat(x[i]) * inv);
 }
 
-void DequantizeScalar(const uint8_t* q, int64_t n, float scale, float* x) {
+void DequantizeRef(const uint8_t* q, int64_t n, float scale, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] = DecodeE4m3(q[i]) * scale;
 }
 
 }  // namespace
 
 const QuantizeKernels kQuantizeScalar = {
-    AbsMaxScalar<float>,  AbsMaxScalar<Bf16>, QuantizeScalar<float>,
-    QuantizeScalar<Bf16>, DequantizeScalar,
+    AbsMaxRef<float>,  AbsMaxRef<Bf16>, QuantizeRef<float>,
+    QuantizeRef<Bf16>, DequantizeRef,
 };
 
 }  // namespace octet::cpu_internal

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_fallback.h"
+#include "kernels/gemm_args.h"
 
 namespace octet {
 
@@ -55,23 +56,6 @@ int Alignment(const void* p) {
   int align = 256;
   while (align > 1 && v % align != 0) align /= 2;
   return align;
-}
-
-absl::Status CheckShape(int64_t m, int64_t n, int64_t k, const void* a,
-                        const void* b, const void* y, DType y_dtype,
-                        const char* what) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": dimensions must be >= 0, got M=", m, " N=", n, " K=", k));
-  }
-  if (y_dtype != DType::kF32 && y_dtype != DType::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": output type must be f32 or bf16, got ", DTypeName(y_dtype)));
-  }
-  if (m > 0 && n > 0 && (a == nullptr || b == nullptr || y == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": null operand"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -221,7 +205,7 @@ absl::Status CublasLtGemm::E4m3(const uint8_t* qa, const float* d_scale_a,
                                 int64_t m, int64_t n, int64_t k, void* y,
                                 DType y_dtype, cudaStream_t stream) {
   absl::Status s =
-      CheckShape(m, n, k, qa, qb, y, y_dtype, "CublasLtGemm::E4m3");
+      CheckGemmArgs(qa, qb, m, n, k, y, y_dtype, "CublasLtGemm::E4m3");
   if (!s.ok()) return s;
   if (d_scale_a == nullptr || d_scale_b == nullptr) {
     return absl::InvalidArgumentError("CublasLtGemm::E4m3: null scale pointer");
@@ -233,7 +217,8 @@ absl::Status CublasLtGemm::E4m3(const uint8_t* qa, const float* d_scale_a,
 absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,
                                 int64_t m, int64_t n, int64_t k, void* y,
                                 DType y_dtype, cudaStream_t stream) {
-  absl::Status s = CheckShape(m, n, k, a, b, y, y_dtype, "CublasLtGemm::Bf16");
+  absl::Status s =
+      CheckGemmArgs(a, b, m, n, k, y, y_dtype, "CublasLtGemm::Bf16");
   if (!s.ok()) return s;
   if (m == 0 || n == 0) return absl::OkStatus();
   return Run(false, m, n, k, y_dtype, a, b, nullptr, nullptr, y, stream);

@@ -4,9 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_fallback.h"
+#include "kernels/gemm_args.h"
 
 namespace octet {
 namespace {
@@ -44,11 +44,9 @@ __global__ void GemmFallbackKernel(const T* __restrict__ a,
 template <typename T>
 absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
                     int64_t m, int64_t n, int64_t k, void* y, DType y_dtype,
-                    cudaStream_t stream) {
-  if (y_dtype != DType::kF32 && y_dtype != DType::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GEMM output must be f32 or bf16, got ", DTypeName(y_dtype)));
-  }
+                    cudaStream_t stream, const char* what) {
+  absl::Status args = CheckGemmArgs(a, b, m, n, k, y, y_dtype, what);
+  if (!args.ok()) return args;
   if (m == 0 || n == 0) return absl::OkStatus();
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
@@ -65,7 +63,12 @@ absl::Status CudaGemmE4m3Fallback(const uint8_t* qa, const float* d_scale_a,
                                   const uint8_t* qb, const float* d_scale_b,
                                   int64_t m, int64_t n, int64_t k, void* y,
                                   DType y_dtype, cudaStream_t stream) {
-  return Launch(qa, qb, d_scale_a, d_scale_b, m, n, k, y, y_dtype, stream);
+  if (d_scale_a == nullptr || d_scale_b == nullptr) {
+    return absl::InvalidArgumentError(
+        "CudaGemmE4m3Fallback: null scale pointer");
+  }
+  return Launch(qa, qb, d_scale_a, d_scale_b, m, n, k, y, y_dtype, stream,
+                "CudaGemmE4m3Fallback");
 }
 
 absl::Status CudaGemmBf16Fallback(const Bf16* a, const Bf16* b, int64_t m,
@@ -73,7 +76,7 @@ absl::Status CudaGemmBf16Fallback(const Bf16* a, const Bf16* b, int64_t m,
                                   cudaStream_t stream) {
   return Launch(reinterpret_cast<const __nv_bfloat16*>(a),
                 reinterpret_cast<const __nv_bfloat16*>(b), nullptr, nullptr, m,
-                n, k, y, y_dtype, stream);
+                n, k, y, y_dtype, stream, "CudaGemmBf16Fallback");
 }
 
 }  // namespace octet

@@ -198,10 +198,27 @@ void FillUniform(float* x, int64_t n, float scale, uint64_t seed) {
   }
 }
 
-AlignedVector<Bf16> ToBf16(const AlignedVector<float>& x) {
-  AlignedVector<Bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = FloatToBf16(x[i]);
-  return out;
+// A tensor in binary32 and its bfloat16 rounding.
+struct HostTensor {
+  AlignedVector<float> f32;
+  AlignedVector<Bf16> bf16;
+};
+
+// Weights [n][k], uniform with the 1/sqrt(k) scale of a trained layer.
+HostTensor MakeWeights(const Shape& s) {
+  HostTensor t{AlignedVector<float>(s.n * s.k), AlignedVector<Bf16>(s.n * s.k)};
+  FillUniform(t.f32.data(), s.n * s.k, 1.0f / std::sqrt(float(s.k)),
+              s.n * 31 + s.k);
+  for (int64_t i = 0; i < s.n * s.k; ++i) t.bf16[i] = FloatToBf16(t.f32[i]);
+  return t;
+}
+
+// Activations [m][k] in [-2, 2).
+HostTensor MakeActivations(int64_t m, int64_t k) {
+  HostTensor t{AlignedVector<float>(m * k), AlignedVector<Bf16>(m * k)};
+  FillUniform(t.f32.data(), m * k, 2.0f, m * 7 + k);
+  for (int64_t i = 0; i < m * k; ++i) t.bf16[i] = FloatToBf16(t.f32[i]);
+  return t;
 }
 
 int64_t Copies(int64_t rotate_bytes, int64_t bytes_per_copy) {
@@ -300,24 +317,22 @@ class CpuBackend : public Backend {
   absl::Status PrepareShape(const Shape& s) override {
     shape_ = s;
     const int64_t nk = s.n * s.k;
-    AlignedVector<float> w(nk);
-    FillUniform(w.data(), nk, 1.0f / std::sqrt(float(s.k)), s.n * 31 + s.k);
-    const AlignedVector<Bf16> w16 = ToBf16(w);
+    const HostTensor w = MakeWeights(s);
     AlignedVector<uint8_t> wq(nk);
     absl::StatusOr<E4m3Scale> scale =
-        QuantizeE4m3Dynamic(w.data(), nk, wq.data(), options_);
+        QuantizeE4m3Dynamic(w.f32.data(), nk, wq.data(), options_);
     if (!scale.ok()) return scale.status();
     w_scale_ = scale->scale;
-    w_bf16_.assign(Copies(c_.rotate_bytes, 2 * nk), w16);
+    w_bf16_.assign(Copies(c_.rotate_bytes, 2 * nk), w.bf16);
     w_fp8_.assign(Copies(c_.rotate_bytes, nk), wq);
     return absl::OkStatus();
   }
 
   absl::StatusOr<Row> Measure(int64_t m) override {
     const int64_t n = shape_.n, k = shape_.k;
-    AlignedVector<float> x(m * k);
-    FillUniform(x.data(), m * k, 2.0f, m * 7 + k);
-    const AlignedVector<Bf16> x16 = ToBf16(x);
+    const HostTensor xt = MakeActivations(m, k);
+    const AlignedVector<float>& x = xt.f32;
+    const AlignedVector<Bf16>& x16 = xt.bf16;
     AlignedVector<uint8_t> xq(m * k);
     AlignedVector<float> y(m * n);
     absl::StatusOr<E4m3Scale> xs =
@@ -436,9 +451,7 @@ class CudaBackend : public Backend {
   absl::Status PrepareShape(const Shape& s) override {
     shape_ = s;
     const int64_t nk = s.n * s.k;
-    AlignedVector<float> w(nk);
-    FillUniform(w.data(), nk, 1.0f / std::sqrt(float(s.k)), s.n * 31 + s.k);
-    const AlignedVector<Bf16> w16 = ToBf16(w);
+    const AlignedVector<Bf16> w16 = MakeWeights(s).bf16;
     w_bf16_.clear();
     w_fp8_.clear();
     for (int64_t i = 0; i < Copies(c_.rotate_bytes, 2 * nk); ++i) {
@@ -467,9 +480,7 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<Row> Measure(int64_t m) override {
     const int64_t n = shape_.n, k = shape_.k;
-    AlignedVector<float> x(m * k);
-    FillUniform(x.data(), m * k, 2.0f, m * 7 + k);
-    const AlignedVector<Bf16> x16 = ToBf16(x);
+    const AlignedVector<Bf16> x16 = MakeActivations(m, k).bf16;
     DeviceMem dx, dxq, dxs, dy;
     absl::Status st;
     if (!(st = dx.Alloc(2 * m * k)).ok() || !(st = dxq.Alloc(m * k)).ok() ||

@@ -18,6 +18,7 @@
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/fp8.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/test_data.h"
 
 namespace octet {
 namespace {
@@ -26,62 +27,15 @@ using testing::CopyToDevice;
 using testing::CopyToHost;
 using testing::DeviceBuffer;
 
-struct Shape {
-  int64_t m, n, k;
-};
+using Shape = testing::GemmShape;
+using testing::ExpectGemmClose;
+using testing::RandomBf16;
+using testing::RandomCodes;
 
-std::vector<uint8_t> RandomCodes(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(0, 255);
-  std::vector<uint8_t> q(count);
-  for (auto& c : q) {
-    do {
-      c = static_cast<uint8_t>(dist(rng));
-    } while ((c & 0x7F) == 0x7F);
-  }
-  return q;
-}
-
-std::vector<Bf16> RandomBf16(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 2.0f);
-  std::vector<Bf16> v(count);
-  for (auto& x : v) x = FloatToBf16(dist(rng));
-  return v;
-}
-
-// Compares device output (f32 or bf16, row-major M x N) with fp64 dots.
-template <typename A, typename B>
-void ExpectClose(const void* d_y, bool y_bf16, const Shape& s, A a, B b,
-                 double out_scale, double extra_rel, const std::string& what) {
-  std::vector<float> y(s.m * s.n);
-  if (y_bf16) {
-    const std::vector<Bf16> yb = CopyToHost<Bf16>(d_y, s.m * s.n);
-    ASSERT_EQ(yb.size(), y.size());
-    for (size_t i = 0; i < y.size(); ++i) y[i] = Bf16ToFloat(yb[i]);
-  } else {
-    y = CopyToHost<float>(d_y, s.m * s.n);
-    ASSERT_EQ(y.size(), size_t(s.m * s.n));
-  }
-  const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
-  const double out_rounding = y_bf16 ? 0x1p-8 : 0x1p-24;
-  for (int64_t i = 0; i < s.m; ++i) {
-    for (int64_t j = 0; j < s.n; ++j) {
-      double dot = 0, magnitude = 0;
-      for (int64_t t = 0; t < s.k; ++t) {
-        const double p = double(a(i * s.k + t)) * double(b(j * s.k + t));
-        dot += p;
-        magnitude += std::fabs(p);
-      }
-      const double want = dot * out_scale;
-      const double tol =
-          (gamma + extra_rel) * magnitude * std::fabs(out_scale) +
-          std::fabs(want) * out_rounding * 1.0001 + 1e-30;
-      ASSERT_LE(std::fabs(y[i * s.n + j] - want), tol)
-          << what << " M=" << s.m << " N=" << s.n << " K=" << s.k << " at ("
-          << i << "," << j << ")";
-    }
-  }
+// Copies a device output (f32 or bf16, M x N) back, widened to float.
+std::vector<float> DeviceOutput(const void* d_y, bool y_bf16, const Shape& s) {
+  if (y_bf16) return testing::Widen(CopyToHost<Bf16>(d_y, s.m * s.n));
+  return CopyToHost<float>(d_y, s.m * s.n);
 }
 
 struct Case {
@@ -122,8 +76,8 @@ TEST(CudaGemm, E4m3MatchesReferenceOnEveryPath) {
       EXPECT_EQ(path == CublasLtGemm::Path::kCublasLt, c.expect_cublaslt)
           << "M=" << s.m << " N=" << s.n << " K=" << s.k << " took "
           << CublasLtGemm::PathName(path);
-      ExpectClose(
-          dy.get(), y_bf16, s, a, b, double(sa * sb),
+      ExpectGemmClose(
+          DeviceOutput(dy.get(), y_bf16, s), s, a, b, double(sa * sb), y_bf16,
           path == CublasLtGemm::Path::kCublasLt ? 0x1p-13 : 0.0,
           std::string("e4m3 ") + std::string(CublasLtGemm::PathName(path)));
       // The fallback kernel directly, on every shape.
@@ -132,8 +86,8 @@ TEST(CudaGemm, E4m3MatchesReferenceOnEveryPath) {
                                        dy.get(), yt, nullptr)
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ExpectClose(dy.get(), y_bf16, s, a, b, double(sa * sb), 0.0,
-                  "e4m3 fallback");
+      ExpectGemmClose(DeviceOutput(dy.get(), y_bf16, s), s, a, b,
+                      double(sa * sb), y_bf16, 0.0, "e4m3 fallback");
     }
   }
 }
@@ -158,8 +112,8 @@ TEST(CudaGemm, Bf16MatchesReferenceOnEveryPath) {
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto path = (*gemm)->LastPath();
-      ExpectClose(
-          dy.get(), y_bf16, s, a, b, 1.0, 0.0,
+      ExpectGemmClose(
+          DeviceOutput(dy.get(), y_bf16, s), s, a, b, 1.0, y_bf16, 0.0,
           std::string("bf16 ") + std::string(CublasLtGemm::PathName(path)));
     }
   }
@@ -181,9 +135,10 @@ TEST(CudaGemm, MisalignedOperandsStillWork) {
                          dy.get(), DType::kF32, nullptr)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ExpectClose(
-      dy.get(), false, s, [&](int64_t i) { return DecodeE4m3(qa[i]); },
-      [&](int64_t i) { return DecodeE4m3(qb[i]); }, 1.0,
+  ExpectGemmClose(
+      DeviceOutput(dy.get(), false, s), s,
+      [&](int64_t i) { return DecodeE4m3(qa[i]); },
+      [&](int64_t i) { return DecodeE4m3(qb[i]); }, 1.0, false,
       (*gemm)->LastPath() == CublasLtGemm::Path::kCublasLt ? 0x1p-13 : 0.0,
       "misaligned");
 }

@@ -1,8 +1,8 @@
-// The CUDA quantizer (kernels/cuda/quantize.h) against the CPU one: codes and
-// scales bit for bit, for f32 and bf16 inputs, aligned (vector path) and
-// misaligned (scalar path), ragged lengths, zero and infinite tensors, and
-// tensors large enough to need the multi-block absmax reduction. Skips
-// without a CUDA device.
+// The CUDA quantizer (kernels/cuda/quantize.h) against the CPU scalar
+// reference (the kScalar kernels): codes and scales bit for bit, for f32 and
+// bf16 inputs, aligned (vector path) and misaligned (scalar path), ragged
+// lengths, zero and infinite tensors, and tensors large enough to need the
+// multi-block absmax reduction. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,6 +15,7 @@
 #include "kernels/cuda/quantize.h"
 #include "kernels/fp8.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/test_data.h"
 
 namespace octet {
 namespace {
@@ -24,21 +25,11 @@ using testing::CopyToHost;
 using testing::DeviceBuffer;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
-std::vector<float> Mixed(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exp(-30, 12);
-  const float specials[] = {0.0f,   -0.0f,   kNan,     1e-40f,
-                            448.0f, -465.0f, 0x1p-10f, 1.0625f};
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = (i % 11 == 3) ? specials[(i / 11) % std::size(specials)]
-                         : std::ldexp(normal(rng), exp(rng));
-  }
-  return x;
-}
+using testing::MixedFloats;
+
+// The CPU scalar kernels: the reference the CUDA kernels must match.
+const CpuKernelOptions kReference{.isa = CpuIsa::kScalar, .num_threads = 1};
 
 // Runs QuantizeDynamic on the device for x (as f32 or bf16) placed
 // `offset_elems` elements past an aligned address, and compares with the CPU.
@@ -56,10 +47,10 @@ void CheckAgainstCpu(const std::vector<float>& x, bool bf16, int offset_elems) {
     std::vector<Bf16> xb(n);
     for (int64_t i = 0; i < n; ++i) xb[i] = FloatToBf16(x[i]);
     ASSERT_TRUE(CopyToDevice(xb, x_ptr));
-    cpu = QuantizeE4m3Dynamic(xb.data(), n, want.data());
+    cpu = QuantizeE4m3Dynamic(xb.data(), n, want.data(), kReference);
   } else {
     ASSERT_TRUE(CopyToDevice(x, x_ptr));
-    cpu = QuantizeE4m3Dynamic(x.data(), n, want.data());
+    cpu = QuantizeE4m3Dynamic(x.data(), n, want.data(), kReference);
   }
   ASSERT_TRUE(cpu.ok());
   ASSERT_TRUE((*qz)
@@ -84,7 +75,7 @@ TEST(CudaQuantize, CodesAndScaleMatchCpuBitForBit) {
   OCTET_REQUIRE_CUDA_DEVICE();
   for (int64_t n :
        {1, 7, 8, 9, 15, 16, 17, 100, 4097, 1 << 16, (1 << 22) + 5}) {
-    const std::vector<float> x = Mixed(n, static_cast<uint32_t>(n));
+    const std::vector<float> x = MixedFloats(n, static_cast<uint32_t>(n));
     for (bool bf16 : {false, true}) {
       for (int offset : {0, 1}) CheckAgainstCpu(x, bf16, offset);
     }
@@ -107,7 +98,7 @@ TEST(CudaQuantize, RepeatedCallsReuseTheReduction) {
   OCTET_REQUIRE_CUDA_DEVICE();
   // The last-block ticket must reset itself between launches.
   for (int round = 0; round < 5; ++round) {
-    CheckAgainstCpu(Mixed(300000 + round, 90 + round), round % 2, 0);
+    CheckAgainstCpu(MixedFloats(300000 + round, 90 + round), round % 2, 0);
   }
 }
 
@@ -127,7 +118,8 @@ TEST(CudaQuantize, DequantizeMatchesCpu) {
                   .ok());
   const std::vector<float> got = CopyToHost<float>(dy.get(), 256);
   std::vector<float> want(256);
-  ASSERT_TRUE(DequantizeE4m3(q.data(), 256, scale, want.data()).ok());
+  ASSERT_TRUE(
+      DequantizeE4m3(q.data(), 256, scale, want.data(), kReference).ok());
   for (int c = 0; c < 256; ++c) {
     if (std::isnan(want[c])) {
       EXPECT_TRUE(std::isnan(got[c])) << c;

@@ -2,10 +2,7 @@
 // fp64 reference on exactly decoded inputs, across the odd shapes that break
 // blocking (M = 1, 3, 17, ...; K not a multiple of any vector width; N = 1).
 //
-// Tolerance, derived from K: every product of two e4m3 (or bf16) values is
-// exact in binary32, so the only error is the K-term binary32 summation,
-// bounded by γ_K · Σ|a_i b_i| with γ_K = K·u / (1 - K·u), u = 2^-24, plus
-// one rounding of the scale multiply (and, for bf16 output, bf16 rounding).
+// Tolerances are derived from K (testing::ExpectGemmClose).
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
@@ -17,13 +14,16 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/fp8.h"
+#include "tests/kernels/test_data.h"
 
 namespace octet {
 namespace {
 
-struct Shape {
-  int64_t m, n, k;
-};
+using Shape = testing::GemmShape;
+using testing::ExpectGemmClose;
+using testing::RandomBf16;
+using testing::RandomCodes;
+using testing::Widen;
 
 std::vector<Shape> OddShapes() {
   std::vector<Shape> shapes;
@@ -36,57 +36,6 @@ std::vector<Shape> OddShapes() {
   shapes.push_back({17, 40, 1000});
   shapes.push_back({64, 96, 600});
   return shapes;
-}
-
-// Random codes, NaN codes excluded (tested separately).
-std::vector<uint8_t> RandomCodes(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(0, 255);
-  std::vector<uint8_t> q(count);
-  for (auto& c : q) {
-    do {
-      c = static_cast<uint8_t>(dist(rng));
-    } while ((c & 0x7F) == 0x7F);
-  }
-  return q;
-}
-
-std::vector<Bf16> RandomBf16(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 2.0f);
-  std::vector<Bf16> v(count);
-  for (auto& x : v) x = FloatToBf16(dist(rng));
-  return v;
-}
-
-float ToFloat(float v) { return v; }
-float ToFloat(Bf16 v) { return Bf16ToFloat(v); }
-
-// Checks y against the fp64 reference. value(i) decodes an operand element.
-template <typename Y, typename ValueA, typename ValueB>
-void ExpectClose(const std::vector<Y>& y, const Shape& s, ValueA a, ValueB b,
-                 float out_scale, const std::string& what) {
-  const double u = 0x1p-24;
-  const double gamma = s.k * u / (1 - s.k * u);
-  const double out_rounding = std::is_same_v<Y, Bf16> ? 0x1p-8 : 0x1p-24;
-  for (int64_t i = 0; i < s.m; ++i) {
-    for (int64_t j = 0; j < s.n; ++j) {
-      double dot = 0, magnitude = 0;
-      for (int64_t t = 0; t < s.k; ++t) {
-        const double p = double(a(i * s.k + t)) * double(b(j * s.k + t));
-        dot += p;
-        magnitude += std::fabs(p);
-      }
-      const double want = dot * out_scale;
-      const double tol =
-          gamma * magnitude * std::fabs(out_scale) * (1 + out_rounding) +
-          std::fabs(want) * out_rounding * 1.0001 + 1e-30;
-      const double got = ToFloat(y[i * s.n + j]);
-      ASSERT_LE(std::fabs(got - want), tol)
-          << what << " M=" << s.m << " N=" << s.n << " K=" << s.k << " at ("
-          << i << "," << j << ") got " << got << " want " << want;
-    }
-  }
 }
 
 class GemmTest : public ::testing::TestWithParam<CpuIsa> {
@@ -107,12 +56,12 @@ TEST_P(GemmTest, E4m3MatchesFp64ReferenceOnOddShapes) {
     ASSERT_TRUE(GemmE4m3(qa.data(), sa, qb.data(), sb, s.m, s.n, s.k, y.data(),
                          DType::kF32, Options())
                     .ok());
-    ExpectClose(y, s, a, b, sa * sb, "e4m3->f32");
+    ExpectGemmClose(y, s, a, b, sa * sb, false, 0.0, "e4m3->f32");
     std::vector<Bf16> yb(s.m * s.n);
     ASSERT_TRUE(GemmE4m3(qa.data(), sa, qb.data(), sb, s.m, s.n, s.k, yb.data(),
                          DType::kBf16, Options())
                     .ok());
-    ExpectClose(yb, s, a, b, sa * sb, "e4m3->bf16");
+    ExpectGemmClose(Widen(yb), s, a, b, sa * sb, true, 0.0, "e4m3->bf16");
   }
 }
 
@@ -126,12 +75,12 @@ TEST_P(GemmTest, Bf16MatchesFp64ReferenceOnOddShapes) {
     ASSERT_TRUE(GemmBf16(a16.data(), b16.data(), s.m, s.n, s.k, y.data(),
                          DType::kF32, Options())
                     .ok());
-    ExpectClose(y, s, a, b, 1.0f, "bf16->f32");
+    ExpectGemmClose(y, s, a, b, 1.0, false, 0.0, "bf16->f32");
     std::vector<Bf16> yb(s.m * s.n);
     ASSERT_TRUE(GemmBf16(a16.data(), b16.data(), s.m, s.n, s.k, yb.data(),
                          DType::kBf16, Options())
                     .ok());
-    ExpectClose(yb, s, a, b, 1.0f, "bf16->bf16");
+    ExpectGemmClose(Widen(yb), s, a, b, 1.0, true, 0.0, "bf16->bf16");
   }
 }
 

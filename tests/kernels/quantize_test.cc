@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/fp8.h"
+#include "tests/kernels/test_data.h"
 
 namespace octet {
 namespace {
@@ -33,19 +34,7 @@ float RefAbsMax(const std::vector<float>& x) {
 }
 
 // Normal values at several magnitudes, with the awkward ones mixed in.
-std::vector<float> Mixed(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exp(-30, 12);
-  const float specials[] = {0.0f,   -0.0f,   kNan,     1e-40f,  -1e-40f, 448.0f,
-                            464.0f, -465.0f, 0x1p-10f, 0x1p-6f, 1.0625f};
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = (i % 13 == 5) ? specials[(i / 13) % std::size(specials)]
-                         : std::ldexp(normal(rng), exp(rng));
-  }
-  return x;
-}
+using testing::MixedFloats;
 
 std::vector<Bf16> ToBf16(const std::vector<float>& x) {
   std::vector<Bf16> out(x.size());
@@ -68,7 +57,7 @@ class QuantizeTest : public ::testing::TestWithParam<CpuIsa> {
 
 TEST_P(QuantizeTest, AbsMaxMatchesTheFold) {
   for (int64_t n : kLengths) {
-    const std::vector<float> x = Mixed(n, static_cast<uint32_t>(n));
+    const std::vector<float> x = MixedFloats(n, static_cast<uint32_t>(n));
     absl::StatusOr<float> got = AbsMax(x.data(), n, Options());
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, RefAbsMax(x)) << "n=" << n;
@@ -95,7 +84,7 @@ TEST_P(QuantizeTest, AbsMaxIgnoresNanAndSeesInfinity) {
 
 TEST_P(QuantizeTest, CodesMatchTheScalarContract) {
   for (int64_t n : kLengths) {
-    const std::vector<float> x = Mixed(n, 100 + static_cast<uint32_t>(n));
+    const std::vector<float> x = MixedFloats(n, 100 + static_cast<uint32_t>(n));
     for (float inv : {1.0f, 0.37f, 448.0f / 3.0f, 1e6f, 0.0f}) {
       std::vector<uint8_t> q(n, 0xAA);
       ASSERT_TRUE(QuantizeE4m3(x.data(), n, inv, q.data(), Options()).ok());
@@ -116,7 +105,7 @@ TEST_P(QuantizeTest, CodesMatchTheScalarContract) {
 TEST_P(QuantizeTest, DynamicQuantizationUsesTheAbsmaxScale) {
   for (int64_t n : kLengths) {
     if (n == 0) continue;
-    std::vector<float> x = Mixed(n, 7 + static_cast<uint32_t>(n));
+    std::vector<float> x = MixedFloats(n, 7 + static_cast<uint32_t>(n));
     std::vector<uint8_t> q(n);
     absl::StatusOr<E4m3Scale> s =
         QuantizeE4m3Dynamic(x.data(), n, q.data(), Options());
@@ -191,7 +180,7 @@ TEST_P(QuantizeTest, DequantizeMatchesTheContract) {
 
 TEST_P(QuantizeTest, ThreadsDoNotChangeResults) {
   const int64_t n = (int64_t{1} << 20) + 13;  // above the parallel threshold
-  const std::vector<float> x = Mixed(n, 42);
+  const std::vector<float> x = MixedFloats(n, 42);
   std::vector<uint8_t> one(n), many(n);
   absl::StatusOr<E4m3Scale> s1 =
       QuantizeE4m3Dynamic(x.data(), n, one.data(), Options(1));
