@@ -1,12 +1,10 @@
 // AVX2 quantizer kernels (built with -mavx2 -mfma -mf16c). Tails shorter
-// than one vector go through the scalar reference, so they match it exactly.
+// than one vector go through the scalar reference kernels, so they match it
+// exactly.
 #include <immintrin.h>
-
-#include <cmath>
 
 #include "kernels/cpu/e4m3_simd.h"
 #include "kernels/cpu/quantize_kernels.h"
-#include "kernels/fp8.h"
 
 namespace octet::cpu_internal {
 namespace {
@@ -16,8 +14,22 @@ inline __m256 Load8(const Bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline float ToFloat(float v) { return v; }
-inline float ToFloat(Bf16 v) { return Bf16ToFloat(v); }
+// Tails shorter than a vector go to the scalar reference kernels, which are
+// compiled for the baseline target in their own translation unit: calling
+// the header's inline EncodeE4m3 here could leave an AVX2-compiled copy for
+// the linker to hand to the scalar path (see e4m3_simd.h).
+float TailAbsMax(const float* x, int64_t n) {
+  return kQuantizeScalar.absmax_f32(x, n);
+}
+float TailAbsMax(const Bf16* x, int64_t n) {
+  return kQuantizeScalar.absmax_bf16(x, n);
+}
+void TailQuantize(const float* x, int64_t n, float inv, uint8_t* q) {
+  kQuantizeScalar.quantize_f32(x, n, inv, q);
+}
+void TailQuantize(const Bf16* x, int64_t n, float inv, uint8_t* q) {
+  kQuantizeScalar.quantize_bf16(x, n, inv, q);
+}
 
 template <typename T>
 float AbsMaxAvx2(const T* x, int64_t n) {
@@ -40,8 +52,7 @@ float AbsMaxAvx2(const T* x, int64_t n) {
   _mm256_store_ps(lanes, m);
   float result = 0.0f;
   for (float v : lanes) result = fmaxf(result, v);
-  for (; i < n; ++i) result = fmaxf(result, std::fabs(ToFloat(x[i])));
-  return result;
+  return fmaxf(result, TailAbsMax(x + i, n - i));
 }
 
 template <typename T>
@@ -56,7 +67,7 @@ void QuantizeAvx2(const T* x, int64_t n, float inv, uint8_t* q) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
                         PackCodesAvx2(a, b, c, d));
   }
-  for (; i < n; ++i) q[i] = EncodeE4m3(ToFloat(x[i]) * inv);
+  TailQuantize(x + i, n - i, inv, q + i);
 }
 
 void DequantizeAvx2(const uint8_t* q, int64_t n, float scale, float* x) {
@@ -75,7 +86,7 @@ void DequantizeAvx2(const uint8_t* q, int64_t n, float scale, float* x) {
     _mm256_storeu_ps(x + i + 8,
                      _mm256_mul_ps(_mm256_mul_ps(hi, from_half), vscale));
   }
-  for (; i < n; ++i) x[i] = DecodeE4m3(q[i]) * scale;
+  kQuantizeScalar.dequantize(q + i, n - i, scale, x + i);
 }
 
 }  // namespace
