@@ -18,6 +18,23 @@ int CudaDeviceCount() {
   return count;
 }
 
+int CudaComputeCapability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+bool CudaDeviceSupported(int device) {
+  return device >= 0 && device < CudaDeviceCount() &&
+         CudaComputeCapability(device) >= kMinCudaComputeCapability;
+}
+
 std::string DescribeCudaDevice(int device) {
   cudaDeviceProp prop;
   const cudaError_t e = cudaGetDeviceProperties(&prop, device);

@@ -99,6 +99,15 @@ absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
   if (it != plans.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
+  // cuBLASLt's FP8 kernels need 16-byte aligned operands and leading
+  // dimensions (K and N multiples of 16 for 8-bit codes, as PyTorch's
+  // _scaled_mm also requires); other shapes go straight to the fallback.
+  if (key.fp8 && !(key.k % 16 == 0 && key.n % 16 == 0 && key.alignment >= 16)) {
+    plan->fallback = true;
+    Plan* raw = plan.get();
+    plans.emplace(key, std::move(plan));
+    return raw;
+  }
   const cudaDataType_t in_type = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const cudaDataType_t y_type =
       key.y_dtype == DType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -148,7 +157,8 @@ absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
   }
   cublasLtMatmulPreferenceDestroy(pref);
   // No algorithm for this shape/alignment (NOT_SUPPORTED, or none found):
-  // serve it with the fallback kernel rather than fail.
+  // serve it with the fallback kernel rather than fail. Any other status is
+  // a real error and is returned.
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     plan->algo = result.algo;
   } else if (st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED) {

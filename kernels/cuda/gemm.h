@@ -5,7 +5,8 @@
 //   E4m3: Y[M,N] = (decode(qa[M,K]) · decode(qb[N,K])ᵀ) · (*d_scale_a ·
 //   *d_scale_b) Bf16: Y[M,N] = A[M,K] · B[N,K]ᵀ
 //
-// binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16. The
+// binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16,
+// K == 0 gives Y = 0. The
 // scales are device pointers, so a scale computed on the GPU (quantize.h) is
 // used without a host round trip.
 //
@@ -39,6 +40,7 @@ class CublasLtGemm {
     size_t workspace_bytes = size_t{32} << 20;
   };
 
+  // kNone: no GEMM has run (no call yet, or K == 0, which only zeroes Y).
   enum class Path { kNone, kCublasLt, kFallback };
 
   static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(

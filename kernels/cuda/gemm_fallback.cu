@@ -48,6 +48,11 @@ absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
   absl::Status args = CheckGemmArgs(a, b, m, n, k, y, y_dtype, what);
   if (!args.ok()) return args;
   if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0) {  // an empty sum: Y = 0
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(y, 0, m * n * DTypeSize(y_dtype), stream));
+    return absl::OkStatus();
+  }
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
                   static_cast<unsigned>(m < 65535 ? m : 65535));

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kThreads)
     partials[blockIdx.x] = m;
     __threadfence();  // publish the partial before taking a ticket
     is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __threadfence();  // and, in the last block, see every other partial
   }
   __syncthreads();
   if (!is_last) return;
@@ -220,6 +221,9 @@ absl::Status CudaE4m3Quantizer::AbsMax(const void* x, DType x_dtype, int64_t n,
                                        float* d_absmax, cudaStream_t stream) {
   absl::Status input = CheckInput(x, x_dtype, n, "CudaE4m3Quantizer::AbsMax");
   if (!input.ok()) return input;
+  if (d_absmax == nullptr) {
+    return absl::InvalidArgumentError("CudaE4m3Quantizer::AbsMax: null output");
+  }
   // Enough blocks to fill the GPU a few times over, never more than the
   // work (8 elements per thread) or the partials buffer.
   const int64_t work_blocks = (n + kThreads * 8 - 1) / (kThreads * 8);

@@ -399,6 +399,8 @@ struct DeviceMem {
   DeviceMem(DeviceMem&& o) noexcept : p(o.p) { o.p = nullptr; }
   ~DeviceMem() { cudaFree(p); }
   absl::Status Alloc(size_t bytes) {
+    cudaFree(p);
+    p = nullptr;
     OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
     return absl::OkStatus();
   }
@@ -458,8 +460,11 @@ class CudaBackend : public Backend {
       DeviceMem d;
       absl::Status st = d.Alloc(2 * nk);
       if (!st.ok()) return st;
-      OCTET_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(d.p, w16.data(), 2 * nk, cudaMemcpyHostToDevice));
+      OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          d.p, w16.data(), 2 * nk, cudaMemcpyHostToDevice, stream_));
+      // A pageable copy may still be in flight when the call returns: wait
+      // before the host buffer (and, below, the device copy) is used.
+      OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
       w_bf16_.push_back(std::move(d));
     }
     // Quantize the device weights once, as a worker does at load.
@@ -487,8 +492,9 @@ class CudaBackend : public Backend {
         !(st = dxs.Alloc(4)).ok() || !(st = dy.Alloc(2 * m * n)).ok()) {
       return st;
     }
-    OCTET_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dx.p, x16.data(), 2 * m * k, cudaMemcpyHostToDevice));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dx.p, x16.data(), 2 * m * k, cudaMemcpyHostToDevice, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     auto quant = [&](int) {
       return quantizer_->QuantizeDynamic(dx.p, DType::kBf16, m * k,
                                          dxq.as<uint8_t>(), dxs.as<float>(),
@@ -586,12 +592,13 @@ class CudaBackend : public Backend {
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
 #if defined(OCTET_HAVE_CUDA)
-  const bool have_gpu = CudaDeviceCount() > 0;
+  const bool have_gpu = CudaDeviceSupported(0);
   if (c.backend == "cuda" || (c.backend == "auto" && have_gpu)) {
     if (!have_gpu) {
-      return absl::FailedPreconditionError(
-          "--backend=cuda: no usable CUDA device (" + DescribeCudaDevice(0) +
-          ")");
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--backend=cuda: no usable CUDA device (", DescribeCudaDevice(0),
+          "; octet needs compute capability ", kMinCudaComputeCapability / 10,
+          ".", kMinCudaComputeCapability % 10, " or newer)"));
     }
     auto b = std::make_unique<CudaBackend>(c);
     absl::Status s = b->Init();

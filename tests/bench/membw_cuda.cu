@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "kernels/cuda/cuda_check.h"
 #include "tests/bench/membw.h"
@@ -22,36 +23,50 @@ __global__ void ReadKernel(const uint4* __restrict__ p, size_t n,
   if (acc == 0x12345678u) atomicAdd(sink, 1ull);  // keeps the loads alive
 }
 
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<CUevent_st, EventDestroy>;
+
+absl::StatusOr<Event> NewEvent() {
+  cudaEvent_t e = nullptr;
+  OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  return Event(e);
+}
+
 }  // namespace
 
 absl::StatusOr<double> CudaReadBandwidthGBps(size_t bytes, int reps) {
   const size_t n = bytes / sizeof(uint4);
-  uint4* buf = nullptr;
-  unsigned long long* sink = nullptr;
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&buf, n * sizeof(uint4)));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&sink, sizeof(*sink)));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMemset(buf, 1, n * sizeof(uint4)));
+  void* raw = nullptr;
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&raw, n * sizeof(uint4)));
+  std::unique_ptr<void, CudaFree> buf(raw);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&raw, sizeof(unsigned long long)));
+  std::unique_ptr<void, CudaFree> sink(raw);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMemset(buf.get(), 1, n * sizeof(uint4)));
   int device = 0, sms = 0;
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   OCTET_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  cudaEvent_t start, stop;
-  OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  absl::StatusOr<Event> start = NewEvent(), stop = NewEvent();
+  if (!start.ok()) return start.status();
+  if (!stop.ok()) return stop.status();
   double best = 0;
   for (int r = 0; r < reps + 1; ++r) {  // the first pass warms up
-    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(start));
-    ReadKernel<<<sms * 8, 512>>>(buf, n, sink);
-    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop));
-    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(start->get()));
+    ReadKernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf.get()), n,
+                                 static_cast<unsigned long long*>(sink.get()));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop->get()));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop->get()));
     float ms = 0;
-    OCTET_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaEventElapsedTime(&ms, start->get(), stop->get()));
     if (r > 0) best = std::max(best, n * sizeof(uint4) / (ms * 1e-3) / 1e9);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(buf);
-  cudaFree(sink);
   return best;
 }
 

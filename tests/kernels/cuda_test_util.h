@@ -11,12 +11,15 @@
 
 namespace octet::testing {
 
-// Skips the test (reported as skipped by ctest) when there is no CUDA device.
-#define OCTET_REQUIRE_CUDA_DEVICE()                                \
-  do {                                                             \
-    if (::octet::CudaDeviceCount() == 0) {                         \
-      GTEST_SKIP() << "no CUDA device: this gpu test did not run"; \
-    }                                                              \
+// Skips the test (reported as skipped by ctest) when there is no CUDA device
+// octet's kernels can run on (compute capability 8.9 or newer).
+#define OCTET_REQUIRE_CUDA_DEVICE()                   \
+  do {                                                \
+    if (!::octet::CudaDeviceSupported(0)) {           \
+      GTEST_SKIP() << "no supported CUDA device ("    \
+                   << ::octet::DescribeCudaDevice(0)  \
+                   << "): this gpu test did not run"; \
+    }                                                 \
   } while (false)
 
 #define OCTET_ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -67,12 +68,14 @@ struct GemmShape {
 // only error is the K-term binary32 summation, at most γ_K·Σ|a_i b_i| with
 // γ_K = K·u / (1 - K·u), u = 2^-24; plus `extra_rel`·Σ|a_i b_i| for kernels
 // known to accumulate less precisely; plus one rounding of the output
-// (2^-24 for f32, 2^-8 for bf16).
+// (2^-24 for f32, 2^-8 for bf16). If `max_rel` is given it receives the
+// largest |error| / (|out_scale| · Σ|a_i b_i|) seen, for reporting.
 template <typename A, typename B>
 void ExpectGemmClose(const std::vector<float>& y, const GemmShape& s, A a, B b,
                      double out_scale, bool y_bf16, double extra_rel,
-                     const std::string& what) {
+                     const std::string& what, double* max_rel = nullptr) {
   ASSERT_EQ(y.size(), static_cast<size_t>(s.m * s.n)) << what;
+  if (max_rel != nullptr) *max_rel = 0;
   const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
   const double out_rounding = y_bf16 ? 0x1p-8 : 0x1p-24;
   for (int64_t i = 0; i < s.m; ++i) {
@@ -87,9 +90,13 @@ void ExpectGemmClose(const std::vector<float>& y, const GemmShape& s, A a, B b,
       const double tol = (gamma + extra_rel) * magnitude *
                              std::fabs(out_scale) * (1 + out_rounding) +
                          std::fabs(want) * out_rounding * 1.0001 + 1e-30;
-      ASSERT_LE(std::fabs(y[i * s.n + j] - want), tol)
-          << what << " M=" << s.m << " N=" << s.n << " K=" << s.k << " at ("
-          << i << "," << j << ") got " << y[i * s.n + j] << " want " << want;
+      const double err = std::fabs(y[i * s.n + j] - want);
+      if (max_rel != nullptr && magnitude > 0) {
+        *max_rel = std::max(*max_rel, err / (magnitude * std::fabs(out_scale)));
+      }
+      ASSERT_LE(err, tol) << what << " M=" << s.m << " N=" << s.n
+                          << " K=" << s.k << " at (" << i << "," << j
+                          << ") got " << y[i * s.n + j] << " want " << want;
     }
   }
 }
