@@ -11,7 +11,6 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm_args.h"
