@@ -15,6 +15,7 @@ namespace octet {
 enum class DType : uint8_t {
   kF32,   // IEEE binary32
   kBf16,  // bfloat16: the upper half of a binary32
+  kF16,   // IEEE binary16 (checkpoints only; see kernels/f16.h)
   kE4m3,  // OCP float8 e4m3fn code (see kernels/fp8.h)
 };
 
@@ -23,6 +24,7 @@ constexpr size_t DTypeSize(DType t) {
     case DType::kF32:
       return 4;
     case DType::kBf16:
+    case DType::kF16:
       return 2;
     case DType::kE4m3:
       return 1;
@@ -36,6 +38,8 @@ constexpr absl::string_view DTypeName(DType t) {
       return "f32";
     case DType::kBf16:
       return "bf16";
+    case DType::kF16:
+      return "f16";
     case DType::kE4m3:
       return "e4m3";
   }

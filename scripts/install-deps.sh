@@ -15,6 +15,10 @@ packages=(
   libabsl-dev       # absl::Status, flags, strings, containers
   libgtest-dev      # GoogleTest
   libgmock-dev
+  nlohmann-json3-dev      # config.json, safetensors headers
+  libsentencepiece-dev    # tokenizer (and training the synthetic one)
+  clang                   # libFuzzer targets (tests/fuzz)
+  libclang-rt-14-dev      # libFuzzer and sanitizer runtimes for clang 14
 )
 
 missing=()

@@ -1,0 +1,168 @@
+// config.json parsing: the Llama and Mistral fields octet uses, and a clear
+// error for every field it cannot honour.
+#include "worker/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "nlohmann/json.hpp"
+
+namespace octet {
+namespace {
+
+using Json = nlohmann::json;
+
+// Llama-3.2-1B's config.json, abridged.
+Json Llama32() {
+  return Json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+                     "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192,
+                     "rope_type": "llama3"},
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu", "attention_bias": false, "mlp_bias": false,
+    "transformers_version": "4.45.0.dev0", "use_cache": true})");
+}
+
+absl::StatusOr<ModelConfig> Parse(const Json& j) {
+  return ParseModelConfig(j.dump(), "m/config.json");
+}
+
+void ExpectError(const Json& j, const std::string& fragment) {
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("m/config.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fragment), std::string::npos)
+      << "'" << msg << "' lacks '" << fragment << "'";
+}
+
+TEST(ModelConfig, ParsesLlama3) {
+  absl::StatusOr<ModelConfig> c = Parse(Llama32());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c->hidden_size, 2048);
+  EXPECT_EQ(c->num_layers, 16);
+  EXPECT_EQ(c->num_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+  ASSERT_TRUE(c->rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c->rope_scaling->factor, 32.0);
+  EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->torch_dtype, DType::kBf16);
+  EXPECT_EQ(c->bos_token_id, 128000);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_FALSE(c->fp8.has_value());
+  EXPECT_FALSE(c->sliding_window.has_value());
+}
+
+TEST(ModelConfig, ParsesMistralAndDefaults) {
+  Json j = {{"architectures", {"MistralForCausalLM"}},
+            {"hidden_size", 4096},
+            {"intermediate_size", 14336},
+            {"num_hidden_layers", 32},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 8},
+            {"vocab_size", 32000},
+            {"max_position_embeddings", 32768},
+            {"sliding_window", 4096},
+            {"eos_token_id", 2},
+            {"rope_scaling", nullptr}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->torch_dtype, DType::kBf16);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_FALSE(c->rope_scaling.has_value());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
+  j["sliding_window"] = 32768;  // a window as long as the context is none
+  EXPECT_FALSE(Parse(j)->sliding_window.has_value());
+}
+
+TEST(ModelConfig, ParsesFp8QuantizationConfig) {
+  Json j = Llama32();
+  j["quantization_config"] = {{"quant_method", "fp8"},
+                              {"activation_scheme", "static"},
+                              {"ignored_layers", {"lm_head"}}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->fp8.has_value());
+  EXPECT_TRUE(c->fp8->static_activations);
+  EXPECT_EQ(c->fp8->ignored_layers, std::vector<std::string>{"lm_head"});
+}
+
+TEST(ModelConfig, RoundTripsThroughJson) {
+  ModelConfig c = *Parse(Llama32());
+  c.fp8 = Fp8CheckpointConfig{false, {"lm_head"}};
+  absl::StatusOr<ModelConfig> back =
+      ParseModelConfig(ModelConfigToJson(c), "rt/config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ModelConfigToJson(*back), ModelConfigToJson(c));
+}
+
+TEST(ModelConfig, RejectsWhatOctetCannotServe) {
+  Json j = Llama32();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  ExpectError(j, "names GPT2LMHeadModel");
+  j = Llama32();
+  j.erase("hidden_size");
+  ExpectError(j, "field 'hidden_size' is missing");
+  j = Llama32();
+  j["num_hidden_layers"] = -3;
+  ExpectError(j, "'num_hidden_layers' must be a positive integer");
+  j = Llama32();
+  j["num_key_value_heads"] = 5;
+  ExpectError(j, "must divide num_attention_heads");
+  j = Llama32();
+  j["rope_scaling"]["rope_type"] = "yarn";
+  ExpectError(j, "type 'yarn' is not supported");
+  j = Llama32();
+  j["attention_bias"] = true;
+  ExpectError(j, "'attention_bias' is true");
+  j = Llama32();
+  j["hidden_act"] = "gelu";
+  ExpectError(j, "'hidden_act' must be silu");
+  j = Llama32();
+  j["torch_dtype"] = "int8";
+  ExpectError(j, "'torch_dtype' must be");
+  j = Llama32();
+  j["rms_norm_eps"] = 0;
+  ExpectError(j, "'rms_norm_eps' must be a positive finite number");
+  j = Llama32();
+  j["eos_token_id"] = 999999;
+  ExpectError(j, "'eos_token_id' must be token ids below vocab_size");
+  j = Llama32();
+  j["quantization_config"] = {{"quant_method", "gptq"}};
+  ExpectError(j, "quant_method must be \"fp8\"");
+  j = Llama32();
+  j["quantization_config"] = {{"quant_method", "fp8"},
+                              {"activation_scheme", "dynamic"},
+                              {"weight_block_size", {128, 128}}};
+  ExpectError(j, "block-wise FP8 is not supported");
+  j = Llama32();
+  j.erase("head_dim");
+  j["hidden_size"] = 2050;
+  ExpectError(j, "must be a multiple of num_attention_heads");
+  EXPECT_FALSE(ParseModelConfig("{not json", "m/config.json").ok());
+}
+
+TEST(ModelConfig, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadModelConfig("/nonexistent/model").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,319 @@
+#include "worker/model_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace octet {
+namespace {
+
+using Json = nlohmann::json;
+
+// Field access with errors that name the file and the field.
+class Reader {
+ public:
+  Reader(const Json& root, absl::string_view path) : root_(root), path_(path) {}
+
+  absl::Status Error(absl::string_view field, absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": field '", field, "' ", what));
+  }
+
+  const Json* Find(const char* field) const {
+    auto it = root_.find(field);
+    return it == root_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  absl::StatusOr<int64_t> PositiveInt(const char* field) const {
+    const Json* v = Find(field);
+    if (v == nullptr) return Error(field, "is missing");
+    return PositiveInt(field, *v);
+  }
+  absl::StatusOr<int64_t> PositiveInt(const char* field, const Json& v) const {
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 ||
+        v.get<int64_t>() > (int64_t{1} << 31)) {
+      return Error(field, "must be a positive integer (below 2^31)");
+    }
+    return v.get<int64_t>();
+  }
+
+  absl::StatusOr<double> PositiveNumber(const char* field,
+                                        double fallback) const {
+    const Json* v = Find(field);
+    if (v == nullptr) return fallback;
+    if (!v->is_number() || !(v->get<double>() > 0) ||
+        !std::isfinite(v->get<double>())) {
+      return Error(field, "must be a positive finite number");
+    }
+    return v->get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(const char* field, bool fallback) const {
+    const Json* v = Find(field);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return Error(field, "must be true or false");
+    return v->get<bool>();
+  }
+
+ private:
+  const Json& root_;
+  absl::string_view path_;
+};
+
+#define OCTET_ASSIGN_OR_RETURN_CONFIG(lhs, expr)  \
+  do {                                            \
+    auto octet_v_ = (expr);                       \
+    if (!octet_v_.ok()) return octet_v_.status(); \
+    lhs = *octet_v_;                              \
+  } while (false)
+
+absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
+  if (v == nullptr) return DType::kBf16;
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    if (s == "float32") return DType::kF32;
+    if (s == "bfloat16") return DType::kBf16;
+    if (s == "float16") return DType::kF16;
+  }
+  return r.Error("torch_dtype", "must be float32, bfloat16 or float16");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
+                                             absl::string_view path) {
+  const Json root = Json::parse(json.begin(), json.end(), nullptr,
+                                /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a well-formed JSON object"));
+  }
+  const Reader r(root, path);
+  ModelConfig c;
+
+  const Json* arch = r.Find("architectures");
+  if (arch == nullptr || !arch->is_array() || arch->size() != 1 ||
+      !(*arch)[0].is_string()) {
+    return r.Error("architectures", "must list exactly one architecture");
+  }
+  c.architecture = (*arch)[0].get<std::string>();
+  if (c.architecture != "LlamaForCausalLM" &&
+      c.architecture != "MistralForCausalLM") {
+    return r.Error("architectures",
+                   absl::StrCat("names ", c.architecture,
+                                "; octet serves LlamaForCausalLM and "
+                                "MistralForCausalLM"));
+  }
+
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.hidden_size, r.PositiveInt("hidden_size"));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_layers,
+                                r.PositiveInt("num_hidden_layers"));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_heads,
+                                r.PositiveInt("num_attention_heads"));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.intermediate_size,
+                                r.PositiveInt("intermediate_size"));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.vocab_size, r.PositiveInt("vocab_size"));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.max_position_embeddings,
+                                r.PositiveInt("max_position_embeddings"));
+  c.num_kv_heads = c.num_heads;
+  if (const Json* v = r.Find("num_key_value_heads")) {
+    OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_kv_heads,
+                                  r.PositiveInt("num_key_value_heads", *v));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return r.Error(
+        "num_key_value_heads",
+        absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (",
+                     c.num_heads, ")"));
+  }
+  if (const Json* v = r.Find("head_dim")) {
+    OCTET_ASSIGN_OR_RETURN_CONFIG(c.head_dim, r.PositiveInt("head_dim", *v));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return r.Error("hidden_size",
+                     "must be a multiple of num_attention_heads "
+                     "when head_dim is not given");
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even (RoPE)");
+
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.rms_norm_eps,
+                                r.PositiveNumber("rms_norm_eps", 1e-6));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.rope_theta,
+                                r.PositiveNumber("rope_theta", 10000.0));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.tie_word_embeddings,
+                                r.Bool("tie_word_embeddings", false));
+  OCTET_ASSIGN_OR_RETURN_CONFIG(c.torch_dtype,
+                                ParseTorchDType(r, r.Find("torch_dtype")));
+
+  if (const Json* act = r.Find("hidden_act");
+      act != nullptr &&
+      !(act->is_string() && act->get<std::string>() == "silu")) {
+    return r.Error("hidden_act", "must be silu");
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    absl::StatusOr<bool> b = r.Bool(bias, false);
+    if (!b.ok()) return b.status();
+    if (*b) return r.Error(bias, "is true; biases are not supported");
+  }
+
+  if (const Json* rs = r.Find("rope_scaling")) {
+    if (!rs->is_object()) return r.Error("rope_scaling", "must be an object");
+    std::string type;
+    for (const char* key : {"rope_type", "type"}) {
+      auto it = rs->find(key);
+      if (it != rs->end() && it->is_string()) type = it->get<std::string>();
+    }
+    if (type == "default") {
+      // Plain RoPE, as if absent.
+    } else if (type != "llama3") {
+      return r.Error(
+          "rope_scaling",
+          absl::StrCat("type '", type, "' is not supported (llama3)"));
+    } else {
+      const Reader rr(*rs, absl::StrCat(path, ": rope_scaling"));
+      RopeScaling s;
+      OCTET_ASSIGN_OR_RETURN_CONFIG(s.factor, rr.PositiveNumber("factor", 0));
+      OCTET_ASSIGN_OR_RETURN_CONFIG(s.low_freq_factor,
+                                    rr.PositiveNumber("low_freq_factor", 1.0));
+      OCTET_ASSIGN_OR_RETURN_CONFIG(s.high_freq_factor,
+                                    rr.PositiveNumber("high_freq_factor", 4.0));
+      OCTET_ASSIGN_OR_RETURN_CONFIG(
+          s.original_max_position_embeddings,
+          rr.PositiveInt("original_max_position_embeddings"));
+      if (s.factor == 0) return rr.Error("factor", "is missing");
+      if (!(s.high_freq_factor > s.low_freq_factor)) {
+        return rr.Error("high_freq_factor", "must exceed low_freq_factor");
+      }
+      c.rope_scaling = s;
+    }
+  }
+
+  if (const Json* sw = r.Find("sliding_window")) {
+    int64_t w = 0;
+    OCTET_ASSIGN_OR_RETURN_CONFIG(w, r.PositiveInt("sliding_window", *sw));
+    if (w < c.max_position_embeddings) c.sliding_window = w;
+  }
+
+  if (const Json* v = r.Find("bos_token_id")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      return r.Error("bos_token_id", "must be a token id");
+    }
+    c.bos_token_id = v->get<int64_t>();
+  }
+  if (const Json* v = r.Find("eos_token_id")) {
+    const Json list = v->is_array() ? *v : Json::array({*v});
+    for (const Json& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= c.vocab_size) {
+        return r.Error("eos_token_id", "must be token ids below vocab_size");
+      }
+      c.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size) {
+    return r.Error("bos_token_id", "must be below vocab_size");
+  }
+
+  if (const Json* q = r.Find("quantization_config")) {
+    if (!q->is_object())
+      return r.Error("quantization_config", "must be an object");
+    auto method = q->find("quant_method");
+    if (method == q->end() || !method->is_string() ||
+        method->get<std::string>() != "fp8") {
+      return r.Error("quantization_config",
+                     "quant_method must be \"fp8\" (the vLLM FP8 layout)");
+    }
+    if (q->contains("weight_block_size") &&
+        !(*q)["weight_block_size"].is_null()) {
+      return r.Error("quantization_config",
+                     "weight_block_size: block-wise FP8 is not supported "
+                     "(per-tensor scales only)");
+    }
+    Fp8CheckpointConfig fp8;
+    auto scheme = q->find("activation_scheme");
+    const std::string s = scheme != q->end() && scheme->is_string()
+                              ? scheme->get<std::string>()
+                              : "";
+    if (s != "dynamic" && s != "static") {
+      return r.Error("quantization_config",
+                     "activation_scheme must be \"dynamic\" or \"static\"");
+    }
+    fp8.static_activations = s == "static";
+    if (auto ig = q->find("ignored_layers"); ig != q->end() && ig->is_array()) {
+      for (const Json& name : *ig) {
+        if (name.is_string())
+          fp8.ignored_layers.push_back(name.get<std::string>());
+      }
+    }
+    c.fp8 = fp8;
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = absl::StrCat(model_dir, "/config.json");
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path);
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {c.architecture};
+  j["model_type"] =
+      c.architecture == "MistralForCausalLM" ? "mistral" : "llama";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_scaling->factor},
+                         {"low_freq_factor", c.rope_scaling->low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling->high_freq_factor},
+                         {"original_max_position_embeddings",
+                          c.rope_scaling->original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["sliding_window"] =
+      c.sliding_window ? nlohmann::ordered_json(*c.sliding_window) : nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = c.torch_dtype == DType::kF32   ? "float32"
+                     : c.torch_dtype == DType::kF16 ? "float16"
+                                                    : "bfloat16";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else if (!c.eos_token_ids.empty()) {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+  if (c.fp8) {
+    j["quantization_config"] = {
+        {"quant_method", "fp8"},
+        {"activation_scheme", c.fp8->static_activations ? "static" : "dynamic"},
+        {"ignored_layers", c.fp8->ignored_layers}};
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace octet

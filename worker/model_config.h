@@ -1,0 +1,65 @@
+// A Llama-family model's shape and numerics, read from a Hugging Face
+// config.json (LlamaForCausalLM, MistralForCausalLM).
+//
+// Fields the forward pass depends on are validated; anything octet does not
+// implement (another architecture, attention biases, another rope scaling,
+// block-wise FP8 ...) is an error naming the field, never silently ignored.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+
+namespace octet {
+
+struct RopeScaling {
+  // Llama 3's frequency-dependent scaling ("rope_type": "llama3").
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// quantization_config of an FP8 checkpoint in the vLLM / llm-compressor
+// "fp8" layout (DESIGN.md).
+struct Fp8CheckpointConfig {
+  bool static_activations = false;  // activation_scheme "static": input_scale
+  std::vector<std::string> ignored_layers;  // left unquantized by the writer
+};
+
+struct ModelConfig {
+  std::string architecture;  // "LlamaForCausalLM" or "MistralForCausalLM"
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_heads unless given
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  std::optional<int64_t> sliding_window;  // Mistral v0.1
+  bool tie_word_embeddings = false;
+  DType torch_dtype = DType::kBf16;  // kF32, kBf16 or kF16
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<Fp8CheckpointConfig> fp8;  // present for FP8 checkpoints
+};
+
+// Parses config.json text; `path` names the file in errors.
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
+                                             absl::string_view path);
+
+// Reads and parses DIR/config.json.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+// config.json text for `config` (what make-model and quantize write).
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace octet

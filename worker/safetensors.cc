@@ -1,0 +1,322 @@
+#include "worker/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace octet {
+namespace {
+
+using Json = nlohmann::json;
+
+// The reference implementation refuses headers above 100 MB; so do we, before
+// allocating anything for them.
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+absl::Status Bad(absl::string_view path, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": invalid safetensors file: ", what));
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBf16, DType::kE4m3}) {
+    if (name == SafetensorsDTypeName(d)) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype ", name, " is not supported (F32, F16, BF16, F8_E4M3)"));
+}
+
+// Reads a non-negative JSON integer.
+bool AsUint(const Json& j, uint64_t* out) {
+  if (j.is_number_unsigned()) {
+    *out = j.get<uint64_t>();
+    return true;
+  }
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    *out = static_cast<uint64_t>(j.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t SafetensorsEntry::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::string_view SafetensorsDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBf16:
+      return "BF16";
+    case DType::kE4m3:
+      return "F8_E4M3";
+  }
+  return "?";
+}
+
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
+    absl::string_view file, absl::string_view path) {
+  if (file.size() < 8) {
+    return Bad(path,
+               absl::StrCat("truncated: ", file.size(),
+                            " bytes, shorter than the 8-byte header length"));
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_len = (header_len << 8) | static_cast<uint8_t>(file[i]);
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return Bad(path, absl::StrCat("header length ", header_len,
+                                  " exceeds the 100 MB limit"));
+  }
+  if (header_len > file.size() - 8) {
+    return Bad(path,
+               absl::StrCat("truncated: header length ", header_len,
+                            " but only ", file.size() - 8, " bytes follow"));
+  }
+  const absl::string_view text = file.substr(8, header_len);
+
+  // Parse, rejecting duplicate top-level names (a JSON object that names a
+  // tensor twice is ambiguous; nlohmann would silently keep the last).
+  std::set<std::string> seen;
+  std::string duplicate;
+  const Json::parser_callback_t on_event = [&](int depth,
+                                               Json::parse_event_t event,
+                                               Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key &&
+        !seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  const Json root = Json::parse(text.begin(), text.end(), on_event,
+                                /*allow_exceptions=*/false);
+  if (root.is_discarded()) return Bad(path, "header is not well-formed JSON");
+  if (!root.is_object()) return Bad(path, "header is not a JSON object");
+  if (!duplicate.empty()) {
+    return Bad(path, absl::StrCat("tensor '", duplicate, "' is listed twice"));
+  }
+
+  SafetensorsHeader header;
+  header.data_offset = 8 + header_len;
+  const uint64_t data_size = file.size() - header.data_offset;
+  for (const auto& [name, value] : root.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object()) return Bad(path, "__metadata__ is not an object");
+      for (const auto& [key, v] : value.items()) {
+        if (!v.is_string()) {
+          return Bad(path, absl::StrCat("__metadata__ value '", key,
+                                        "' is not a string"));
+        }
+        header.metadata[key] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string& tensor = name;  // (clang 14 cannot capture bindings)
+    auto bad = [&](absl::string_view what) {
+      return Bad(path, absl::StrCat("tensor '", tensor, "': ", what));
+    };
+    if (!value.is_object()) return bad("entry is not an object");
+    SafetensorsEntry e;
+    e.name = name;
+    const auto dtype = value.find("dtype");
+    if (dtype == value.end() || !dtype->is_string())
+      return bad("no dtype string");
+    absl::StatusOr<DType> d = ParseDType(dtype->get<std::string>());
+    if (!d.ok()) return bad(d.status().message());
+    e.dtype = *d;
+    const auto shape = value.find("shape");
+    if (shape == value.end() || !shape->is_array())
+      return bad("no shape array");
+    if (shape->size() > 8) return bad("more than 8 dimensions");
+    uint64_t elements = 1;
+    for (const Json& dim : *shape) {
+      uint64_t v = 0;
+      if (!AsUint(dim, &v) || v > (uint64_t{1} << 40)) {
+        return bad("shape holds something other than a dimension in [0, 2^40]");
+      }
+      if (__builtin_mul_overflow(elements, v, &elements) ||
+          elements > (uint64_t{1} << 50)) {
+        return bad("element count overflows");
+      }
+      e.shape.push_back(static_cast<int64_t>(v));
+    }
+    const auto offsets = value.find("data_offsets");
+    if (offsets == value.end() || !offsets->is_array() ||
+        offsets->size() != 2 || !AsUint((*offsets)[0], &e.begin) ||
+        !AsUint((*offsets)[1], &e.end)) {
+      return bad("data_offsets is not a pair of non-negative integers");
+    }
+    if (e.begin > e.end) return bad("data_offsets end before they begin");
+    if (e.end > data_size) {
+      return bad(
+          absl::StrCat("data [", e.begin, ", ", e.end,
+                       ") runs past the end of the file (data section is ",
+                       data_size, " bytes; truncated?)"));
+    }
+    const uint64_t want = elements * DTypeSize(e.dtype);
+    if (e.end - e.begin != want) {
+      return bad(absl::StrCat("holds ", e.end - e.begin, " bytes but ",
+                              SafetensorsDTypeName(e.dtype), " x ", elements,
+                              " elements needs ", want));
+    }
+    header.tensors.push_back(std::move(e));
+  }
+
+  // No overlaps and no holes: sorted by offset, each tensor starts where the
+  // previous one ended, and the last ends where the file does.
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t covered = 0;
+  for (const SafetensorsEntry& e : header.tensors) {
+    if (e.begin < covered) {
+      return Bad(path, absl::StrCat("tensor '", e.name,
+                                    "' overlaps the tensor before it"));
+    }
+    if (e.begin > covered) {
+      return Bad(path,
+                 absl::StrCat("bytes [", covered, ", ", e.begin,
+                              ") of the data section belong to no tensor"));
+    }
+    covered = e.end;
+  }
+  if (covered != data_size) {
+    return Bad(path, absl::StrCat("the last ", data_size - covered,
+                                  " bytes of the file belong to no tensor"));
+  }
+  return header;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
+    const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
+  }
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat(path, ": cannot map: ", std::strerror(err)));
+    }
+    f->map_ = static_cast<const uint8_t*>(map);
+  }
+  ::close(fd);
+  absl::StatusOr<SafetensorsHeader> header = ParseSafetensorsHeader(
+      absl::string_view(reinterpret_cast<const char*>(f->map_), f->size_),
+      path);
+  if (!header.ok()) return header.status();
+  f->header_ = *std::move(header);
+  for (size_t i = 0; i < f->header_.tensors.size(); ++i) {
+    f->index_[f->header_.tensors[i].name] = i;
+  }
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+absl::Span<const uint8_t> SafetensorsFile::Data(
+    const SafetensorsEntry& entry) const {
+  return absl::Span<const uint8_t>(map_ + header_.data_offset + entry.begin,
+                                   entry.end - entry.begin);
+}
+
+absl::Status WriteSafetensors(
+    const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const SafetensorsTensor& t : tensors) {
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", t.name, "' given twice"));
+    }
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", t.name, "' has a negative dimension"));
+      }
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (elements * DTypeSize(t.dtype) != t.data.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", t.name, "' has ", t.data.size(), " bytes for ",
+          elements, " elements of ", DTypeName(t.dtype)));
+    }
+    header[t.name] = {{"dtype", SafetensorsDTypeName(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (out == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+  }
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<uint8_t>(text.size() >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, out) == 8 &&
+            std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  for (const SafetensorsTensor& t : tensors) {
+    ok = ok &&
+         std::fwrite(t.data.data(), 1, t.data.size(), out) == t.data.size();
+  }
+  ok = (std::fclose(out) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat(path, ": write failed: ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace octet
