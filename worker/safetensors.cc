@@ -261,62 +261,117 @@ absl::Span<const uint8_t> SafetensorsFile::Data(
                                    entry.end - entry.begin);
 }
 
-absl::Status WriteSafetensors(
-    const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
+    const std::string& path, const std::vector<Spec>& tensors,
     const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   std::set<std::string> names;
-  for (const SafetensorsTensor& t : tensors) {
-    if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", t.name, "' given twice"));
+  for (const Spec& t : tensors) {
+    if (t.name == "__metadata__" || !names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor name '", t.name, "' is reserved or repeated"));
     }
-    uint64_t elements = 1;
+    uint64_t bytes = DTypeSize(t.dtype);
     for (int64_t d : t.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": tensor '", t.name, "' has a negative dimension"));
       }
-      elements *= static_cast<uint64_t>(d);
-    }
-    if (elements * DTypeSize(t.dtype) != t.data.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor '", t.name, "' has ", t.data.size(), " bytes for ",
-          elements, " elements of ", DTypeName(t.dtype)));
+      bytes *= static_cast<uint64_t>(d);
     }
     header[t.name] = {{"dtype", SafetensorsDTypeName(t.dtype)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
 
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (out == nullptr) {
+  std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
+  w->path_ = path;
+  w->tmp_ = absl::StrCat(path, ".tmp.", ::getpid());
+  w->expected_ = offset;
+  w->out_ = std::fopen(w->tmp_.c_str(), "wb");
+  if (w->out_ == nullptr) {
     return absl::PermissionDeniedError(
         absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
   }
   uint8_t len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(text.size() >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, out) == 8 &&
-            std::fwrite(text.data(), 1, text.size(), out) == text.size();
-  for (const SafetensorsTensor& t : tensors) {
-    ok = ok &&
-         std::fwrite(t.data.data(), 1, t.data.size(), out) == t.data.size();
-  }
-  ok = (std::fclose(out) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
+  if (std::fwrite(len, 1, 8, w->out_) != 8 ||
+      std::fwrite(text.data(), 1, text.size(), w->out_) != text.size()) {
     return absl::InternalError(
-        absl::StrCat(path, ": write failed: ", std::strerror(err)));
+        absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+  }
+  return w;
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (out_ != nullptr) {
+    std::fclose(out_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+absl::Status SafetensorsWriter::Write(absl::Span<const uint8_t> bytes) {
+  if (out_ == nullptr || written_ + bytes.size() > expected_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": more tensor bytes than the header declares"));
+  }
+  if (std::fwrite(bytes.data(), 1, bytes.size(), out_) != bytes.size()) {
+    return absl::InternalError(
+        absl::StrCat(path_, ": write failed: ", std::strerror(errno)));
+  }
+  written_ += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsWriter::Finish() {
+  if (out_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": already finished"));
+  }
+  if (written_ != expected_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": ", written_,
+                     " tensor bytes written, header declares ", expected_));
+  }
+  const bool closed = std::fclose(out_) == 0;
+  out_ = nullptr;
+  if (!closed || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp_.c_str());
+    return absl::InternalError(
+        absl::StrCat(path_, ": write failed: ", std::strerror(err)));
   }
   return absl::OkStatus();
+}
+
+absl::Status WriteSafetensors(
+    const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const SafetensorsTensor& t : tensors) {
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d < 0 ? 0 : d);
+    if (elements * DTypeSize(t.dtype) != t.data.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", t.name, "' has ", t.data.size(), " bytes for ",
+          elements, " elements of ", DTypeName(t.dtype)));
+    }
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  absl::StatusOr<std::unique_ptr<SafetensorsWriter>> w =
+      SafetensorsWriter::Create(path, specs, metadata);
+  if (!w.ok()) return w.status();
+  for (const SafetensorsTensor& t : tensors) {
+    absl::Status s = (*w)->Write(t.data);
+    if (!s.ok()) return s;
+  }
+  return (*w)->Finish();
 }
 
 }  // namespace octet

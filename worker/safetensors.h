@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +76,35 @@ class SafetensorsFile {
   size_t size_ = 0;
   SafetensorsHeader header_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> tensors[i]
+};
+
+// Writes a safetensors file one tensor at a time, so that a checkpoint larger
+// than memory can be produced: the header (every name, dtype and shape) is
+// fixed at Create, then the tensors' bytes follow in that order. The file
+// appears at `path` only when Finish succeeds (written to a temporary name,
+// then renamed). Not thread-safe.
+class SafetensorsWriter {
+ public:
+  struct Spec {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
+      const std::string& path, const std::vector<Spec>& tensors,
+      const std::map<std::string, std::string>& metadata);
+  ~SafetensorsWriter();  // removes the temporary file if not finished
+
+  // Appends the next tensor's bytes (tensors in Create's order; a tensor may
+  // be written in several pieces).
+  absl::Status Write(absl::Span<const uint8_t> bytes);
+  absl::Status Finish();
+
+ private:
+  SafetensorsWriter() = default;
+  std::string path_, tmp_;
+  std::FILE* out_ = nullptr;
+  uint64_t expected_ = 0, written_ = 0;
 };
 
 // A tensor to write: its bytes are copied from `data`.

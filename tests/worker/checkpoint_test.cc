@@ -1,0 +1,192 @@
+// Checkpoint directories: synthetic ones load and validate, single-file and
+// sharded; determinism of the synthetic writer; and a clear error for each way
+// a checkpoint can disagree with its config. Also the tokenizer.
+#include "worker/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/bf16.h"
+#include "worker/synthetic.h"
+#include "worker/tokenizer.h"
+#include "worker/tokenizer_corpus.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     absl::StrCat("octet_ckpt_", ::getpid(), "_", name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string MakeTiny(const std::string& name, SyntheticOptions options = {},
+                     const std::string& preset = "tiny") {
+  const std::string dir = TempDir(name);
+  absl::StatusOr<ModelConfig> c = SyntheticPreset(preset);
+  EXPECT_TRUE(c.ok());
+  EXPECT_TRUE(WriteSyntheticCheckpoint(*c, options, dir).ok());
+  return dir;
+}
+
+void ExpectOpenFails(const std::string& dir, const std::string& fragment) {
+  absl::StatusOr<std::unique_ptr<Checkpoint>> c = Checkpoint::Open(dir);
+  ASSERT_FALSE(c.ok()) << "opened " << dir;
+  EXPECT_NE(std::string(c.status().message()).find(fragment), std::string::npos)
+      << "'" << c.status().message() << "' lacks '" << fragment << "'";
+}
+
+TEST(Checkpoint, SyntheticTinyOpensAndValidates) {
+  for (const std::string preset : {"tiny", "tiny-mistral"}) {
+    const std::string dir = MakeTiny(preset, {}, preset);
+    absl::StatusOr<std::unique_ptr<Checkpoint>> c = Checkpoint::Open(dir);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ModelConfig& cfg = (*c)->config();
+    EXPECT_EQ(cfg.torch_dtype, DType::kBf16);
+    absl::StatusOr<TensorView> q =
+        (*c)->Get("model.layers.1.self_attn.q_proj.weight");
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->dtype, DType::kBf16);
+    EXPECT_EQ(q->shape, (std::vector<int64_t>{cfg.num_heads * cfg.head_dim,
+                                              cfg.hidden_size}));
+    EXPECT_EQ(q->bytes.size(), static_cast<size_t>(q->num_elements() * 2));
+    EXPECT_EQ((*c)->Has("lm_head.weight"), !cfg.tie_word_embeddings);
+    EXPECT_EQ((*c)->Get("nope").status().code(), absl::StatusCode::kNotFound);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpoint, SyntheticWeightsHaveTheIntendedScale) {
+  const std::string dir = MakeTiny("scale", {.dtype = DType::kF32});
+  absl::StatusOr<std::unique_ptr<Checkpoint>> c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto rms = [&](const std::string& name) {
+    const TensorView t = *(*c)->Get(name);
+    const float* v = reinterpret_cast<const float*>(t.bytes.data());
+    double s = 0;
+    for (int64_t i = 0; i < t.num_elements(); ++i) s += double(v[i]) * v[i];
+    return std::sqrt(s / t.num_elements());
+  };
+  const double h = (*c)->config().hidden_size;
+  EXPECT_NEAR(rms("model.layers.0.self_attn.q_proj.weight"), 1 / std::sqrt(h),
+              0.1 / std::sqrt(h));
+  EXPECT_NEAR(rms("model.layers.0.input_layernorm.weight"), 1.0, 0.01);
+  EXPECT_LT(rms("model.layers.0.mlp.down_proj.weight"),
+            rms("model.layers.0.mlp.up_proj.weight"));
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, SameSeedSameBytesOtherSeedOtherBytes) {
+  const std::string a = MakeTiny("seed_a", {.seed = 7});
+  const std::string b = MakeTiny("seed_b", {.seed = 7});
+  const std::string c = MakeTiny("seed_c", {.seed = 8});
+  for (const char* f :
+       {"model.safetensors", "config.json", "tokenizer.model"}) {
+    EXPECT_EQ(ReadFile(fs::path(a) / f), ReadFile(fs::path(b) / f)) << f;
+  }
+  EXPECT_NE(ReadFile(fs::path(a) / "model.safetensors"),
+            ReadFile(fs::path(c) / "model.safetensors"));
+  for (const auto& d : {a, b, c}) fs::remove_all(d);
+}
+
+TEST(Checkpoint, ShardedCheckpointsLoadThroughTheIndex) {
+  const std::string dir = MakeTiny("sharded", {.shard_bytes = 64 << 10});
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "model.safetensors"));
+  absl::StatusOr<std::unique_ptr<Checkpoint>> c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string single = MakeTiny("unsharded");
+  absl::StatusOr<std::unique_ptr<Checkpoint>> s = Checkpoint::Open(single);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*c)->TensorNames(), (*s)->TensorNames());
+  for (const std::string& name : (*s)->TensorNames()) {
+    const TensorView x = *(*c)->Get(name), y = *(*s)->Get(name);
+    ASSERT_EQ(std::string(x.bytes.begin(), x.bytes.end()),
+              std::string(y.bytes.begin(), y.bytes.end()))
+        << name;
+  }
+  // An index that lies about where a tensor is.
+  std::string index = ReadFile(fs::path(dir) / "model.safetensors.index.json");
+  const size_t at = index.find("model-00001-of-");
+  ASSERT_NE(at, std::string::npos);
+  index.replace(index.find("model-00002-of-"), 15, "model-00001-of-");
+  std::ofstream(fs::path(dir) / "model.safetensors.index.json") << index;
+  ExpectOpenFails(dir, "is not in model-00001-of-");
+  fs::remove_all(dir);
+  fs::remove_all(single);
+}
+
+TEST(Checkpoint, RejectsCheckpointsThatDisagreeWithTheirConfig) {
+  const std::string dir = MakeTiny("bad");
+  const fs::path config = fs::path(dir) / "config.json";
+  const std::string good = ReadFile(config);
+  auto with_config = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    std::ofstream(config) << text;
+  };
+  with_config("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+  ExpectOpenFails(
+      dir, "checkpoint has no tensor 'model.layers.2.input_layernorm.weight'");
+  with_config("\"intermediate_size\": 160", "\"intermediate_size\": 128");
+  ExpectOpenFails(
+      dir,
+      "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [160, 64] but "
+      "config.json implies [128, 64]");
+  with_config("\"tie_word_embeddings\": true",
+              "\"tie_word_embeddings\": false");
+  ExpectOpenFails(dir, "no tensor 'lm_head.weight'");
+  std::ofstream(config) << good;
+  ASSERT_TRUE(Checkpoint::Open(dir).ok());
+  fs::remove(fs::path(dir) / "model.safetensors");
+  ExpectOpenFails(dir, "no model.safetensors or model.safetensors.index.json");
+  fs::remove_all(dir);
+  ExpectOpenFails(dir, "config.json: cannot read");
+}
+
+TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {
+  const std::string dir = MakeTiny("tok");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->vocab_size(), 512);
+  EXPECT_EQ((*t)->bos_id(), 1);
+  EXPECT_EQ((*t)->eos_id(), 2);
+  for (const std::string& line : TokenizerCorpus()) {
+    const std::vector<int64_t> ids = (*t)->Encode(line, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 1);
+    EXPECT_EQ((*t)->Decode(ids), line);
+  }
+  // Text it never saw still round-trips, through byte pieces.
+  const std::string odd = "Zürich ☃ 42";
+  EXPECT_EQ((*t)->Decode((*t)->Encode(odd, false)), odd);
+  // Ids beyond the tokenizer (a padded model vocabulary) are visible.
+  std::vector<int64_t> ids = (*t)->Encode("Hello", false);
+  ids.push_back(100000);
+  EXPECT_EQ((*t)->Decode(ids), "Hello\xEF\xBF\xBD");
+  fs::remove_all(dir);
+  EXPECT_EQ(Tokenizer::Load(dir).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Tokenizer::FromSerialized("garbage", "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,226 @@
+#include "worker/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The safetensors files of DIR: those the index names, or model.safetensors.
+absl::StatusOr<std::vector<std::string>> ShardFiles(
+    const std::string& dir,
+    std::vector<std::pair<std::string, std::string>>* weight_map) {
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+        !j["weight_map"].is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index.string(), ": not a JSON object with a \"weight_map\" object"));
+    }
+    std::set<std::string> files;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string() ||
+          file.get<std::string>().find('/') != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            index.string(), ": tensor '", name,
+            "' maps to something other than a file name in this directory"));
+      }
+      files.insert(file.get<std::string>());
+      weight_map->emplace_back(name, file.get<std::string>());
+    }
+    if (files.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index.string(), ": weight_map is empty"));
+    }
+    return std::vector<std::string>(files.begin(), files.end());
+  }
+  if (fs::exists(fs::path(dir) / "model.safetensors")) {
+    return std::vector<std::string>{"model.safetensors"};
+  }
+  return absl::NotFoundError(absl::StrCat(
+      dir, ": no model.safetensors or model.safetensors.index.json"));
+}
+
+bool IsFloat(DType d) {
+  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
+}
+
+}  // namespace
+
+int64_t TensorView::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
+                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  std::vector<ExpectedTensor> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, false});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    out.push_back({p + "input_layernorm.weight", {h}, false});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}, true});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}, true});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}, true});
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}, true});
+    out.push_back({p + "post_attention_layernorm.weight", {h}, false});
+    out.push_back({p + "mlp.gate_proj.weight", {ff, h}, true});
+    out.push_back({p + "mlp.up_proj.weight", {ff, h}, true});
+    out.push_back({p + "mlp.down_proj.weight", {h, ff}, true});
+  }
+  out.push_back({"model.norm.weight", {h}, false});
+  if (!c.tie_word_embeddings) {
+    out.push_back({"lm_head.weight", {c.vocab_size, h}, false});
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    const std::string& dir) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->dir_ = dir;
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
+  if (!config.ok()) return config.status();
+  ckpt->config_ = *std::move(config);
+
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  absl::StatusOr<std::vector<std::string>> files = ShardFiles(dir, &weight_map);
+  if (!files.ok()) return files.status();
+  absl::flat_hash_map<std::string, size_t> file_index;
+  for (const std::string& name : *files) {
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
+        SafetensorsFile::Open((fs::path(dir) / name).string());
+    if (!f.ok()) return f.status();
+    file_index[name] = ckpt->files_.size();
+    ckpt->files_.push_back(*std::move(f));
+  }
+  for (size_t i = 0; i < ckpt->files_.size(); ++i) {
+    for (const SafetensorsEntry& e : ckpt->files_[i]->header().tensors) {
+      auto [it, inserted] = ckpt->index_.emplace(e.name, std::make_pair(i, &e));
+      if (!inserted) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": tensor '", e.name, "' is stored twice (in ",
+                         ckpt->files_[it->second.first]->path(), " and ",
+                         ckpt->files_[i]->path(), ")"));
+      }
+    }
+  }
+  // The index must tell the truth about where each tensor is.
+  for (const auto& [name, file] : weight_map) {
+    auto it = ckpt->index_.find(name);
+    if (it == ckpt->index_.end() || it->second.first != file_index[file]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/model.safetensors.index.json: tensor '", name,
+                       "' is not in ", file));
+    }
+  }
+  absl::Status valid = ckpt->Validate();
+  if (!valid.ok()) return valid;
+  return ckpt;
+}
+
+absl::Status Checkpoint::Validate() const {
+  for (const ExpectedTensor& want : ExpectedTensors(config_)) {
+    absl::StatusOr<TensorView> t = Get(want.name);
+    if (!t.ok()) return t.status();
+    if (t->shape != want.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t->file, ": tensor '", want.name, "' has shape ",
+                       ShapeString(t->shape), " but config.json implies ",
+                       ShapeString(want.shape)));
+    }
+    if (IsFloat(t->dtype)) continue;
+    // Only the projections of an FP8 checkpoint may hold e4m3 codes, and
+    // then with their scales.
+    if (!(want.linear && t->dtype == DType::kE4m3 && config_.fp8)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t->file, ": tensor '", want.name, "' has dtype ",
+          SafetensorsDTypeName(t->dtype),
+          want.linear ? " but config.json has no fp8 quantization_config"
+                      : ", which only FP8 projection weights may have"));
+    }
+    const std::string stem =
+        want.name.substr(0, want.name.size() - 7);  // ".weight"
+    std::vector<std::string> scales = {want.name + "_scale"};
+    if (config_.fp8->static_activations)
+      scales.push_back(stem + ".input_scale");
+    for (const std::string& s : scales) {
+      absl::StatusOr<float> v = GetScalar(s);
+      if (!v.ok()) return v.status();
+      if (!(std::isfinite(*v) && *v > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir_, ": tensor '", s, "' is ", *v,
+                         "; a scale must be finite and > 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(dir_, ": checkpoint has no tensor '", name, "'"));
+  }
+  const SafetensorsFile& f = *files_[it->second.first];
+  const SafetensorsEntry& e = *it->second.second;
+  return TensorView{e.name, f.path(), e.dtype, e.shape, f.Data(e)};
+}
+
+bool Checkpoint::Has(absl::string_view name) const {
+  return index_.contains(name);
+}
+
+std::vector<std::string> Checkpoint::TensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : index_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {
+  absl::StatusOr<TensorView> t = Get(name);
+  if (!t.ok()) return t.status();
+  if (t->dtype != DType::kF32 || t->num_elements() != 1 ||
+      t->shape.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(t->file, ": tensor '", name,
+                     "' must be a scalar F32 (shape [] or [1])"));
+  }
+  float v;
+  std::memcpy(&v, t->bytes.data(), sizeof(v));
+  return v;
+}
+
+uint64_t Checkpoint::TotalBytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, entry] : index_) {
+    total += entry.second->end - entry.second->begin;
+  }
+  return total;
+}
+
+}  // namespace octet

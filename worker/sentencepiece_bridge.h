@@ -1,0 +1,48 @@
+// Internal: the only translation unit that includes SentencePiece's headers.
+//
+// sentencepiece_processor.h declares `namespace absl { using
+// std::string_view; }`, which collides with abseil's own absl::string_view
+// in any file that includes both. So SentencePiece is wrapped here behind a
+// std-only interface, and worker/tokenizer.h (absl-based) builds on it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace octet::sp_bridge {
+
+class Processor {
+ public:
+  virtual ~Processor() = default;
+  virtual std::vector<int> Encode(const std::string& text) const = 0;
+  // False (with *error set) if SentencePiece rejects the ids.
+  virtual bool Decode(const std::vector<int>& ids, std::string* text,
+                      std::string* error) const = 0;
+  virtual int PieceSize() const = 0;
+  virtual int BosId() const = 0;  // -1 when the model has none
+  virtual int EosId() const = 0;
+  virtual std::string IdToPiece(int id) const = 0;
+};
+
+// Loads a serialized model (the bytes of tokenizer.model); nullptr and
+// *error on failure.
+std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,
+                                         std::string* error);
+
+struct TrainOptions {
+  int vocab_size = 0;
+  // Filler symbols appended so the vocabulary has exactly vocab_size pieces
+  // even when the text supports fewer learned pieces.
+  std::vector<std::string> user_defined_symbols;
+};
+
+// Trains a Llama-style BPE model (byte fallback, identity normalization,
+// <unk>=0, <s>=1, </s>=2) on
+// `sentences`, single-threaded so that the result is deterministic. Returns
+// the serialized model, or false with *error set.
+bool TrainBpe(const std::vector<std::string>& sentences,
+              const TrainOptions& options, std::string* serialized,
+              std::string* error);
+
+}  // namespace octet::sp_bridge

@@ -1,0 +1,281 @@
+#include "worker/synthetic.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/bf16.h"
+#include "kernels/f16.h"
+#include "nlohmann/json.hpp"
+#include "worker/checkpoint.h"
+#include "worker/safetensors.h"
+#include "worker/sentencepiece_bridge.h"
+#include "worker/tokenizer_corpus.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Pieces of a synthetic tokenizer besides the fillers: 3 specials, 256 byte
+// pieces and up to this many learned merges (what the built-in text supports
+// with room to spare).
+constexpr int64_t kLearnedPieces = 200;
+constexpr int64_t kFixedPieces = 3 + 256;
+
+ModelConfig Base(const char* arch, int64_t hidden, int64_t layers,
+                 int64_t heads, int64_t kv_heads, int64_t head_dim,
+                 int64_t intermediate, int64_t vocab, int64_t max_pos) {
+  ModelConfig c;
+  c.architecture = arch;
+  c.hidden_size = hidden;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.intermediate_size = intermediate;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = max_pos;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+// splitmix64: seeds a stream from (seed, tensor name).
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t StreamSeed(uint64_t seed, absl::string_view name) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a of the name
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001B3ull;
+  return Mix(seed ^ Mix(h));
+}
+
+// Uniform values in [-limit, limit) from a xorshift64* stream.
+class Stream {
+ public:
+  explicit Stream(uint64_t seed) : s_(seed | 1) {}
+  float Next(float limit) {
+    s_ ^= s_ >> 12;
+    s_ ^= s_ << 25;
+    s_ ^= s_ >> 27;
+    const uint64_t r = s_ * 0x2545F4914F6CDD1Dull;
+    return limit * (static_cast<float>(r >> 40) * 0x1p-23f - 1.0f);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+// Standard deviation of each tensor's values (see the header comment).
+struct Init {
+  float center;  // norms: 1, everything else: 0
+  float stddev;
+};
+
+Init InitFor(const ModelConfig& c, const ExpectedTensor& t) {
+  const absl::string_view n = t.name;
+  if (t.shape.size() == 1) return {1.0f, 0.05f};  // RMSNorm weights
+  const float fan_in = static_cast<float>(t.shape[1]);
+  if (n == "model.embed_tokens.weight") {
+    // Tied: the same matrix makes the logits, which must stay of order one.
+    return {0.0f, c.tie_word_embeddings ? 1.0f / std::sqrt(fan_in) : 1.0f};
+  }
+  float s = 1.0f / std::sqrt(fan_in);
+  if (n.find("o_proj") != n.npos || n.find("down_proj") != n.npos) {
+    s /= std::sqrt(2.0f * static_cast<float>(c.num_layers));
+  }
+  return {0.0f, s};
+}
+
+absl::Status WriteTensorData(SafetensorsWriter& w, const ExpectedTensor& t,
+                             const Init& init, DType dtype, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  Stream stream(StreamSeed(seed, t.name));
+  const float limit =
+      init.stddev * std::sqrt(3.0f);  // uniform's std = limit/sqrt(3)
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<uint8_t> buf(kChunk * DTypeSize(dtype));
+  for (int64_t done = 0; done < n; done += kChunk) {
+    const int64_t len = std::min(kChunk, n - done);
+    for (int64_t i = 0; i < len; ++i) {
+      const float v = init.center + stream.Next(limit);
+      uint8_t* out = buf.data() + i * DTypeSize(dtype);
+      if (dtype == DType::kF32) {
+        std::memcpy(out, &v, 4);
+      } else if (dtype == DType::kBf16) {
+        const uint16_t b = FloatToBf16(v).bits;
+        std::memcpy(out, &b, 2);
+      } else {
+        const uint16_t h = FloatToF16(v).bits;
+        std::memcpy(out, &h, 2);
+      }
+    }
+    absl::Status s =
+        w.Write({buf.data(), static_cast<size_t>(len) * DTypeSize(dtype)});
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out)
+    return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> SyntheticPresetNames() {
+  return {"tiny", "tiny-mistral", "llama-1b", "mistral-7b"};
+}
+
+absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
+  if (name == "tiny") {
+    ModelConfig c = Base("LlamaForCausalLM", 64, 2, 4, 2, 16, 160, 512, 1024);
+    c.rope_theta = 10000.0;
+    c.rope_scaling = RopeScaling{8.0, 1.0, 4.0, 128};
+    c.tie_word_embeddings = true;
+    c.rms_norm_eps = 1e-5;
+    return c;
+  }
+  if (name == "tiny-mistral") {
+    ModelConfig c = Base("MistralForCausalLM", 96, 3, 6, 2, 16, 192, 384, 1024);
+    c.sliding_window = 48;
+    c.rms_norm_eps = 1e-6;
+    return c;
+  }
+  if (name == "llama-1b") {  // Llama 3.2 1B
+    ModelConfig c =
+        Base("LlamaForCausalLM", 2048, 16, 32, 8, 64, 8192, 128256, 131072);
+    c.rope_theta = 500000.0;
+    c.rope_scaling = RopeScaling{32.0, 1.0, 4.0, 8192};
+    c.tie_word_embeddings = true;
+    c.rms_norm_eps = 1e-5;
+    return c;
+  }
+  if (name == "mistral-7b") {  // Mistral 7B v0.1
+    ModelConfig c =
+        Base("MistralForCausalLM", 4096, 32, 32, 8, 128, 14336, 32000, 32768);
+    c.sliding_window = 4096;
+    c.rms_norm_eps = 1e-5;
+    return c;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown preset '", name,
+                   "' (tiny, tiny-mistral, llama-1b, mistral-7b)"));
+}
+
+absl::StatusOr<std::string> TrainSyntheticTokenizer(int64_t vocab_size) {
+  if (vocab_size < kFixedPieces + 16 || vocab_size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a synthetic tokenizer needs a vocabulary of ",
+                     kFixedPieces + 16, " to 2^20 pieces, got ", vocab_size));
+  }
+  sp_bridge::TrainOptions options;
+  options.vocab_size = static_cast<int>(vocab_size);
+  const int64_t learned = std::min(kLearnedPieces, vocab_size - kFixedPieces);
+  for (int64_t i = 0; i < vocab_size - kFixedPieces - learned; ++i) {
+    options.user_defined_symbols.push_back(absl::StrCat("<extra_", i, ">"));
+  }
+  std::string model, error;
+  if (!sp_bridge::TrainBpe(TokenizerCorpus(), options, &model, &error)) {
+    return absl::InternalError(absl::StrCat("training the tokenizer: ", error));
+  }
+  return model;
+}
+
+absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
+                                      const SyntheticOptions& options,
+                                      const std::string& dir) {
+  if (options.dtype != DType::kF32 && options.dtype != DType::kBf16 &&
+      options.dtype != DType::kF16) {
+    return absl::InvalidArgumentError("weights must be f32, bf16 or f16");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, ": cannot create: ", ec.message()));
+  }
+  ModelConfig c = config;
+  c.torch_dtype = options.dtype;
+  c.fp8.reset();
+
+  // Shards: tensors in load order, a new file when the next would pass
+  // shard_bytes.
+  const std::vector<ExpectedTensor> tensors = ExpectedTensors(c);
+  std::vector<std::vector<const ExpectedTensor*>> shards(1);
+  uint64_t shard_size = 0;
+  for (const ExpectedTensor& t : tensors) {
+    uint64_t bytes = DTypeSize(options.dtype);
+    for (int64_t d : t.shape) bytes *= d;
+    if (shard_size > 0 && shard_size + bytes > options.shard_bytes) {
+      shards.emplace_back();
+      shard_size = 0;
+    }
+    shards.back().push_back(&t);
+    shard_size += bytes;
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  uint64_t total = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file =
+        shards.size() == 1 ? "model.safetensors"
+                           : absl::StrFormat("model-%05d-of-%05d.safetensors",
+                                             s + 1, shards.size());
+    std::vector<SafetensorsWriter::Spec> specs;
+    for (const ExpectedTensor* t : shards[s]) {
+      specs.push_back({t->name, options.dtype, t->shape});
+      weight_map[t->name] = file;
+    }
+    absl::StatusOr<std::unique_ptr<SafetensorsWriter>> w =
+        SafetensorsWriter::Create((fs::path(dir) / file).string(), specs,
+                                  {{"format", "pt"}});
+    if (!w.ok()) return w.status();
+    for (const ExpectedTensor* t : shards[s]) {
+      absl::Status st =
+          WriteTensorData(**w, *t, InitFor(c, *t), options.dtype, options.seed);
+      if (!st.ok()) return st;
+      uint64_t bytes = DTypeSize(options.dtype);
+      for (int64_t d : t->shape) bytes *= d;
+      total += bytes;
+    }
+    absl::Status st = (*w)->Finish();
+    if (!st.ok()) return st;
+  }
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    absl::Status st = WriteText(fs::path(dir) / "model.safetensors.index.json",
+                                index.dump(2) + "\n");
+    if (!st.ok()) return st;
+  } else {
+    fs::remove(fs::path(dir) / "model.safetensors.index.json", ec);
+  }
+  absl::Status st =
+      WriteText(fs::path(dir) / "config.json", ModelConfigToJson(c));
+  if (!st.ok()) return st;
+  if (options.tokenizer) {
+    absl::StatusOr<std::string> tok = TrainSyntheticTokenizer(c.vocab_size);
+    if (!tok.ok()) return tok.status();
+    st = WriteText(fs::path(dir) / "tokenizer.model", *tok);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace octet

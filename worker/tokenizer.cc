@@ -1,0 +1,75 @@
+#include "worker/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/sentencepiece_bridge.h"
+
+namespace octet {
+
+Tokenizer::Tokenizer(std::unique_ptr<sp_bridge::Processor> p)
+    : processor_(std::move(p)) {}
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
+    const std::string& dir) {
+  const std::string path =
+      (std::filesystem::path(dir) / "tokenizer.model").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no tokenizer"));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return FromSerialized(bytes.str(), path);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
+    const std::string& serialized, const std::string& what) {
+  std::string error;
+  std::unique_ptr<sp_bridge::Processor> p =
+      sp_bridge::LoadProcessor(serialized, &error);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": not a SentencePiece model: ", error));
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(p)));
+}
+
+std::vector<int64_t> Tokenizer::Encode(const std::string& text,
+                                       bool add_bos) const {
+  std::vector<int64_t> out;
+  if (add_bos && processor_->BosId() >= 0) out.push_back(processor_->BosId());
+  for (int id : processor_->Encode(text)) out.push_back(id);
+  return out;
+}
+
+std::string Tokenizer::Decode(absl::Span<const int64_t> ids) const {
+  // Decode runs of known ids together (SentencePiece joins byte pieces and
+  // word boundaries across them); unknown ids split the runs.
+  std::string text;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    std::string piece, error;
+    if (processor_->Decode(run, &piece, &error)) text += piece;
+    run.clear();
+  };
+  for (int64_t id : ids) {
+    if (id >= 0 && id < processor_->PieceSize()) {
+      run.push_back(static_cast<int>(id));
+    } else {
+      flush();
+      text += "\xEF\xBF\xBD";  // U+FFFD
+    }
+  }
+  flush();
+  return text;
+}
+
+int64_t Tokenizer::vocab_size() const { return processor_->PieceSize(); }
+int64_t Tokenizer::bos_id() const { return processor_->BosId(); }
+int64_t Tokenizer::eos_id() const { return processor_->EosId(); }
+
+}  // namespace octet
