@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm_args.h"
@@ -68,29 +69,42 @@ char* ThreadScratch(size_t bytes) {
   return buffer.data();
 }
 
-// One GEMM's operands as the driver sees them. A and B are either both e4m3
-// codes or both bfloat16.
-template <typename Src>
+// One GEMM's operands as the driver sees them: A and B both e4m3 codes or
+// both bfloat16, or binary32 activations with binary32 or bfloat16 weights.
+template <typename A, typename B>
 struct Problem {
-  const Src* a;
-  const Src* b;
+  const A* a;
+  const B* b;
   int64_t m, n, k;
   float out_scale;
   void* y;
   DType y_dtype;
 };
 
-template <typename Src>
-void RunKernels(const GemmKernels& kern, const Problem<Src>& p, int threads) {
-  constexpr bool kE4m3 = std::is_same_v<Src, uint8_t>;
+// binary32 activations -> the binary32 dot format of the scalar and AVX2
+// kernels: rows padded to `k_pad` with zeros.
+void PrepareF32(const float* x, int64_t m, int64_t k, int64_t k_pad,
+                float* out) {
+  for (int64_t r = 0; r < m; ++r) {
+    std::memcpy(out + r * k_pad, x + r * k, k * sizeof(float));
+    std::fill(out + r * k_pad + k, out + (r + 1) * k_pad, 0.0f);
+  }
+}
+
+template <typename A, typename B>
+void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
+  constexpr bool kE4m3 = std::is_same_v<A, uint8_t>;
   const int64_t k_pad = (p.k + kern.k_align - 1) / kern.k_align * kern.k_align;
   const int64_t row_bytes = k_pad * static_cast<int64_t>(kern.dot_bytes);
 
   char* a = ThreadScratch<Scratch::kPreparedA>(p.m * row_bytes);
   if constexpr (kE4m3) {
     kern.prepare_a_e4m3(p.a, p.m, p.k, a);
-  } else {
+  } else if constexpr (std::is_same_v<A, Bf16>) {
     kern.prepare_a_bf16(p.a, p.m, p.k, a);
+  } else {
+    static_assert(std::is_same_v<A, float>);
+    PrepareF32(p.a, p.m, p.k, k_pad, reinterpret_cast<float*>(a));
   }
   // The kernels write raw sums; into y itself when it is binary32.
   float* sums = p.y_dtype == DType::kF32
@@ -123,16 +137,18 @@ void RunKernels(const GemmKernels& kern, const Problem<Src>& p, int threads) {
       } else {
         kern.e4m3_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
       }
-    } else {
+    } else if constexpr (std::is_same_v<B, Bf16>) {
       kern.bf16_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
+    } else {
+      kern.prepared_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
     }
     Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, p.out_scale, p.y,
            p.y_dtype, p.n);
   }
 }
 
-template <typename Src>
-absl::Status Run(const Problem<Src>& p, const CpuKernelOptions& options,
+template <typename A, typename B>
+absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
                  const char* what) {
   absl::Status args =
       CheckGemmArgs(p.a, p.b, p.m, p.n, p.k, p.y, p.y_dtype, what);
@@ -147,7 +163,12 @@ absl::Status Run(const Problem<Src>& p, const CpuKernelOptions& options,
   const int threads = p.m * p.n * p.k < kParallelMinWork
                           ? 1
                           : cpu_internal::ThreadCount(options);
-  RunKernels(GemmKernelsFor(*isa), p, threads);
+  // binary32 activations use the binary32 kernels: on AVX-512 machines the
+  // AVX2 ones (the AVX-512 level computes in bfloat16).
+  const CpuIsa level = std::is_same_v<A, float> && *isa == CpuIsa::kAvx512
+                           ? CpuIsa::kAvx2
+                           : *isa;
+  RunKernels(GemmKernelsFor(level), p, threads);
   return absl::OkStatus();
 }
 
@@ -156,15 +177,33 @@ absl::Status Run(const Problem<Src>& p, const CpuKernelOptions& options,
 absl::Status GemmE4m3(const uint8_t* qa, float scale_a, const uint8_t* qb,
                       float scale_b, int64_t m, int64_t n, int64_t k, void* y,
                       DType y_dtype, const CpuKernelOptions& options) {
-  return Run(Problem<uint8_t>{qa, qb, m, n, k, scale_a * scale_b, y, y_dtype},
-             options, "GemmE4m3");
+  return Run(
+      Problem<uint8_t, uint8_t>{qa, qb, m, n, k, scale_a * scale_b, y, y_dtype},
+      options, "GemmE4m3");
 }
 
 absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
                       const CpuKernelOptions& options) {
-  return Run(Problem<Bf16>{a, b, m, n, k, 1.0f, y, y_dtype}, options,
+  return Run(Problem<Bf16, Bf16>{a, b, m, n, k, 1.0f, y, y_dtype}, options,
              "GemmBf16");
+}
+
+absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
+                     int64_t n, int64_t k, float* y,
+                     const CpuKernelOptions& options) {
+  if (b_dtype == DType::kBf16) {
+    return Run(Problem<float, Bf16>{a, static_cast<const Bf16*>(b), m, n, k,
+                                    1.0f, y, DType::kF32},
+               options, "GemmF32");
+  }
+  if (b_dtype == DType::kF32) {
+    return Run(Problem<float, float>{a, static_cast<const float*>(b), m, n, k,
+                                     1.0f, y, DType::kF32},
+               options, "GemmF32");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "GemmF32: weights must be f32 or bf16, got ", DTypeName(b_dtype)));
 }
 
 }  // namespace octet

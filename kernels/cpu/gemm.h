@@ -31,4 +31,12 @@ absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
                       const CpuKernelOptions& options = {});
 
+// Y = A · Bᵀ for binary32 activations A and binary32 or bfloat16 weights B
+// (`b_dtype`), Y in binary32: the unquantized linear layers of the CPU
+// backend (whose activations are binary32). Products are exact for bfloat16
+// weights; accumulation in binary32.
+absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
+                     int64_t n, int64_t k, float* y,
+                     const CpuKernelOptions& options = {});
+
 }  // namespace octet

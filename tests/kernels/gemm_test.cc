@@ -84,6 +84,36 @@ TEST_P(GemmTest, Bf16MatchesFp64ReferenceOnOddShapes) {
   }
 }
 
+TEST_P(GemmTest, F32ActivationsMatchFp64ReferenceOnOddShapes) {
+  for (const Shape& s : OddShapes()) {
+    std::vector<float> a(s.m * s.k), b32(s.n * s.k);
+    const auto a16 = RandomBf16(s.m * s.k, 5 + s.m + s.k);
+    const auto b16 = RandomBf16(s.n * s.k, 6 + s.n + s.k);
+    // Activations with full binary32 mantissas (not just bf16 values).
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = Bf16ToFloat(a16[i]) * 1.00390625f + 1e-3f;
+    for (size_t i = 0; i < b32.size(); ++i) b32[i] = Bf16ToFloat(b16[i]) / 3.0f;
+    auto av = [&](int64_t i) { return a[i]; };
+    std::vector<float> y(s.m * s.n);
+    // Products are rounded once in binary32: one more u per term.
+    ASSERT_TRUE(GemmF32(a.data(), b32.data(), DType::kF32, s.m, s.n, s.k,
+                        y.data(), Options())
+                    .ok());
+    ExpectGemmClose(
+        y, s, av, [&](int64_t i) { return b32[i]; }, 1.0, false, 0x1p-24,
+        "f32 x f32");
+    ASSERT_TRUE(GemmF32(a.data(), b16.data(), DType::kBf16, s.m, s.n, s.k,
+                        y.data(), Options())
+                    .ok());
+    ExpectGemmClose(
+        y, s, av, [&](int64_t i) { return Bf16ToFloat(b16[i]); }, 1.0, false,
+        0x1p-24, "f32 x bf16");
+  }
+  float x = 1.0f;
+  EXPECT_EQ(GemmF32(&x, &x, DType::kE4m3, 1, 1, 1, &x, Options()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(GemmTest, ThreadCountDoesNotChangeResults) {
   for (const Shape& s :
        {Shape{1, 1000, 777}, Shape{5, 333, 129}, Shape{40, 700, 600}}) {
