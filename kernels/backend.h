@@ -1,0 +1,196 @@
+// The device a model runs on: memory and the operations of a Llama forward
+// pass, behind one interface so that the model (worker/) is written once.
+// Implementations: the CPU backend (kernels/cpu/backend.h) and the CUDA
+// backend (kernels/cuda/backend.h).
+//
+// Conventions for every operation:
+//  - "device" pointers point into memory from Allocate (host memory for the
+//    CPU backend); host pointers are named so.
+//  - Activations are row-major [rows][cols] in activation_dtype() (binary32
+//    on the CPU, bfloat16 on CUDA); arithmetic inside an op is binary32 and
+//    rounds once at the end.
+//  - Operations are enqueued in order on the backend's stream and may run
+//    asynchronously; CopyToHost and Synchronize wait for them.
+//  - Arguments come from the worker, not from users: a bad shape is a
+//    programming error reported as InvalidArgument, never undefined behaviour
+//    when it can be checked cheaply.
+// A backend is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+
+namespace octet {
+
+class Backend;
+
+// Device memory owned by a backend; freed on destruction. Movable only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* data, size_t bytes)
+      : owner_(owner), data_(data), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A linear layer's weights, W[out][in], on the device.
+struct LinearWeight {
+  int64_t out = 0;
+  int64_t in = 0;
+  DType dtype = DType::kBf16;  // kF32 / kBf16 (unquantized) or kE4m3
+  DeviceBuffer data;
+  // kE4m3 only: the weight's per-tensor scale (one float on the device), and
+  // for static activation quantization the activation scale (likewise).
+  DeviceBuffer scale;
+  DeviceBuffer input_scale;  // empty: dynamic activation scales
+};
+
+// Where the tokens of one forward pass sit in the paged KV cache.
+struct AttentionMetadata {
+  int64_t num_tokens = 0;
+  const int32_t* positions = nullptr;  // device [num_tokens]
+  const int32_t* slots =
+      nullptr;  // device [num_tokens]: cache slot of each token
+  const int32_t* token_seq = nullptr;     // device [num_tokens]: its sequence
+  const int32_t* block_tables = nullptr;  // device [num_seqs][max_blocks]
+  int64_t max_blocks = 0;
+  int64_t block_size = 0;
+  int64_t sliding_window = 0;  // 0: attend to the whole context
+};
+
+enum class DeviceKind { kCpu, kCuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  virtual DType activation_dtype() const = 0;
+  virtual std::string Describe() const = 0;
+
+  // Memory.
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* host_src,
+                                    size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* host_dst, const void* src,
+                                  size_t bytes) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // out[i] = table[ids[i] - row_begin] for ids in [row_begin, row_begin +
+  // rows), zero otherwise (a vocabulary-parallel shard holds `rows` rows).
+  // table_dtype: kF32 or kBf16.
+  virtual absl::Status Embedding(const void* table, DType table_dtype,
+                                 int64_t rows, int64_t cols, int64_t row_begin,
+                                 const int32_t* ids, int64_t n, void* out) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * weight, per row; weight is binary32.
+  virtual absl::Status RmsNorm(const void* x, const float* weight, int64_t rows,
+                               int64_t cols, float eps, void* out) = 0;
+
+  // x += y, elementwise over `count` activations.
+  virtual absl::Status Add(void* x, const void* y, int64_t count) = 0;
+
+  // Rotary embedding (rotate-half convention) in place on `heads` heads of
+  // `head_dim` per row, the first at x + row * row_stride; the pair (i,
+  // i + head_dim/2) turns by positions[row] * inv_freq[i] (inv_freq: binary32
+  // device [head_dim / 2]).
+  virtual absl::Status Rope(void* x, int64_t rows, int64_t heads,
+                            int64_t head_dim, int64_t row_stride,
+                            const int32_t* positions,
+                            const float* inv_freq) = 0;
+
+  // out[r][i] = silu(x[r][i]) * x[r][cols + i] for a row [gate | up] of
+  // 2 * cols.
+  virtual absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
+                               void* out) = 0;
+
+  // Copies K and V of each token (kv_heads * head_dim values at k + row *
+  // row_stride and v + row * row_stride) into the cache at its slot. The
+  // caches are [slots][kv_heads][head_dim] in the activation dtype.
+  virtual absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
+                               int64_t kv_heads, int64_t head_dim,
+                               const AttentionMetadata& meta, void* k_cache,
+                               void* v_cache) = 0;
+
+  // Causal paged attention with grouped KV heads: token t (sequence s,
+  // position p) attends to positions [p - window + 1, p] of sequence s,
+  // read from the caches through s's block table, softmax(q·k / sqrt(d)).
+  // q rows at q + t * q_stride; out is [tokens][heads * head_dim].
+  virtual absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim,
+                                 const AttentionMetadata& meta,
+                                 const void* k_cache, const void* v_cache,
+                                 void* out) = 0;
+
+  // y[rows][w.out] = x[rows][w.in] · Wᵀ for unquantized weights; y in the
+  // activation dtype or kF32 (logits).
+  virtual absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w,
+                            void* y, DType y_dtype) = 0;
+
+  // FP8 linear layers, in the steps tensor parallelism needs (DESIGN.md):
+  //   AbsMax -> [all-reduce MAX across ranks] -> Quantize -> GemmE4m3.
+  // *absmax (device float) = fmaxf-fold of |x|.
+  virtual absl::Status AbsMax(const void* x, int64_t count, float* absmax) = 0;
+  // q = encode(x * inv) with the contract's scale from *absmax; *scale
+  // (device float) receives that scale.
+  virtual absl::Status Quantize(const void* x, int64_t count,
+                                const float* absmax, uint8_t* q,
+                                float* scale) = 0;
+  // q = encode(x * (1 / *scale)) for a static activation scale.
+  virtual absl::Status QuantizeStatic(const void* x, int64_t count,
+                                      const float* scale, uint8_t* q) = 0;
+  // y = (q · Wᵀ) · (*q_scale · w.scale), in the activation dtype.
+  virtual absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
+                                int64_t rows, const LinearWeight& w,
+                                void* y) = 0;
+
+  // out[i] = x[rows[i]] for `n` row indices (device int32).
+  virtual absl::Status GatherRows(const void* x, int64_t cols,
+                                  const int32_t* rows, int64_t n,
+                                  void* out) = 0;
+
+ protected:
+  friend class DeviceBuffer;
+  virtual void Free(void* data) = 0;
+};
+
+inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (owner_ != nullptr && data_ != nullptr) owner_->Free(data_);
+    owner_ = other.owner_;
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.owner_ = nullptr;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+inline DeviceBuffer::~DeviceBuffer() {
+  if (owner_ != nullptr && data_ != nullptr) owner_->Free(data_);
+}
+
+}  // namespace octet

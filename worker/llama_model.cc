@@ -1,0 +1,386 @@
+#include "worker/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/bf16.h"
+
+namespace octet {
+namespace {
+
+// Pointer `elems` activations past `p`.
+template <typename T>
+T* Offset(T* p, int64_t elems, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) +
+                              elems * DTypeSize(dtype));
+}
+
+#define OCTET_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    absl::Status octet_status_ = (expr);           \
+    if (!octet_status_.ok()) return octet_status_; \
+  } while (false)
+
+// Grows `buf` to at least `bytes`.
+absl::Status Grow(Backend& backend, DeviceBuffer& buf, size_t bytes) {
+  if (buf.bytes() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+  absl::StatusOr<DeviceBuffer> b =
+      backend.Allocate(std::max<size_t>(bytes, 64));
+  if (!b.ok()) return b.status();
+  buf = *std::move(b);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> out(half);
+  constexpr double kPi = 3.14159265358979323846;
+  for (int64_t i = 0; i < half; ++i) {
+    double f =
+        std::pow(c.rope_theta, -2.0 * i / static_cast<double>(c.head_dim));
+    if (c.rope_scaling) {
+      // Llama 3: long wavelengths slowed by `factor`, short ones kept, a
+      // smooth blend between.
+      const RopeScaling& s = *c.rope_scaling;
+      const double old_len =
+          static_cast<double>(s.original_max_position_embeddings);
+      const double low_wavelen = old_len / s.low_freq_factor;
+      const double high_wavelen = old_len / s.high_freq_factor;
+      const double wavelen = 2 * kPi / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+    out[i] = static_cast<float>(f);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
+    const Checkpoint& ckpt, Backend& backend, const ModelOptions& options) {
+  std::unique_ptr<LlamaModel> m(
+      new LlamaModel(backend, ckpt.config(), options));
+  const ModelConfig& c = m->config_;
+  WeightPolicy policy;
+  policy.method = options.method;
+  policy.bf16_only = backend.kind() != DeviceKind::kCpu;
+  policy.cpu = options.cpu;
+
+  absl::StatusOr<LinearWeight> emb =
+      LoadTable(ckpt, "model.embed_tokens.weight", policy, backend);
+  if (!emb.ok()) return emb.status();
+  m->embedding_ = *std::move(emb);
+  if (c.tie_word_embeddings) {
+    LinearWeight& head = m->lm_head_;
+    head.out = m->embedding_.out;
+    head.in = m->embedding_.in;
+    head.dtype = m->embedding_.dtype;
+    head.data = DeviceBuffer(nullptr, m->embedding_.data.data(),
+                             m->embedding_.data.bytes());  // a view
+  } else {
+    absl::StatusOr<LinearWeight> head =
+        LoadTable(ckpt, "lm_head.weight", policy, backend);
+    if (!head.ok()) return head.status();
+    m->lm_head_ = *std::move(head);
+  }
+  absl::StatusOr<DeviceBuffer> norm =
+      LoadVectorF32(ckpt, "model.norm.weight", backend);
+  if (!norm.ok()) return norm.status();
+  m->final_norm_ = *std::move(norm);
+
+  const std::vector<float> inv_freq = RopeInverseFrequencies(c);
+  absl::StatusOr<DeviceBuffer> f =
+      backend.Allocate(inv_freq.size() * sizeof(float));
+  if (!f.ok()) return f.status();
+  OCTET_RETURN_IF_ERROR(backend.CopyToDevice(f->data(), inv_freq.data(),
+                                             inv_freq.size() * sizeof(float)));
+  m->inv_freq_ = *std::move(f);
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    Layer layer;
+    absl::StatusOr<DeviceBuffer> n1 =
+        LoadVectorF32(ckpt, p + "input_layernorm.weight", backend);
+    if (!n1.ok()) return n1.status();
+    layer.input_norm = *std::move(n1);
+    absl::StatusOr<DeviceBuffer> n2 =
+        LoadVectorF32(ckpt, p + "post_attention_layernorm.weight", backend);
+    if (!n2.ok()) return n2.status();
+    layer.post_norm = *std::move(n2);
+    struct Fused {
+      LinearWeight* dst;
+      std::vector<std::string> parts;
+    };
+    for (const Fused& fused :
+         {Fused{&layer.qkv,
+                {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                 p + "self_attn.v_proj.weight"}},
+          Fused{&layer.o, {p + "self_attn.o_proj.weight"}},
+          Fused{&layer.gate_up,
+                {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
+          Fused{&layer.down, {p + "mlp.down_proj.weight"}}}) {
+      absl::StatusOr<LinearWeight> w =
+          LoadLinear(ckpt, fused.parts, policy, backend);
+      if (!w.ok()) return w.status();
+      *fused.dst = *std::move(w);
+    }
+    m->layers_.push_back(std::move(layer));
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewKvCache(
+    const KvCacheOptions& options) const {
+  return KvCache::Create(backend_, config_.num_layers, config_.num_kv_heads,
+                         config_.head_dim, options);
+}
+
+uint64_t LlamaModel::WeightBytes() const {
+  uint64_t total = embedding_.data.bytes() + final_norm_.bytes();
+  if (!config_.tie_word_embeddings) total += lm_head_.data.bytes();
+  for (const Layer& l : layers_) {
+    total += l.input_norm.bytes() + l.post_norm.bytes();
+    for (const LinearWeight* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      total += w->data.bytes() + w->scale.bytes() + w->input_scale.bytes();
+    }
+  }
+  return total;
+}
+
+absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
+                                 int64_t table_entries) {
+  Scratch& s = scratch_;
+  const ModelConfig& c = config_;
+  const size_t act = DTypeSize(backend_.activation_dtype());
+  if (tokens > s.tokens) {
+    const int64_t qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+    const int64_t widest_in = std::max(
+        {c.hidden_size, c.num_heads * c.head_dim, c.intermediate_size});
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.h, tokens * c.hidden_size * act));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.x, tokens * c.hidden_size * act));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.qkv, tokens * qkv * act));
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.attn, tokens * c.num_heads * c.head_dim * act));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.proj, tokens * c.hidden_size * act));
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.gate_up, tokens * 2 * c.intermediate_size * act));
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.act, tokens * c.intermediate_size * act));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.codes, tokens * widest_in));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, sizeof(float)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, sizeof(float)));
+    for (DeviceBuffer* b : {&s.ids, &s.positions, &s.slots, &s.token_seq}) {
+      OCTET_RETURN_IF_ERROR(Grow(backend_, *b, tokens * sizeof(int32_t)));
+    }
+    s.tokens = tokens;
+  }
+  if (seqs > s.seqs) {
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.last_rows, seqs * sizeof(int32_t)));
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.last_hidden, seqs * c.hidden_size * act));
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.logits, seqs * c.vocab_size * sizeof(float)));
+    s.seqs = seqs;
+  }
+  if (table_entries > s.table_entries) {
+    OCTET_RETURN_IF_ERROR(
+        Grow(backend_, s.tables, table_entries * sizeof(int32_t)));
+    s.table_entries = table_entries;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
+                                int64_t rows, void* y, ForwardTrace* trace) {
+  if (w.dtype != DType::kE4m3) {
+    return backend_.Gemm(x, rows, w, y, backend_.activation_dtype());
+  }
+  const int64_t count = rows * w.in;
+  uint8_t* codes = scratch_.codes.as<uint8_t>();
+  const float* scale;
+  if (w.input_scale.data() != nullptr) {
+    scale = w.input_scale.as<float>();
+    OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, scale, codes));
+  } else {
+    // A single rank's input is whole: its absmax is the global one. Tensor
+    // parallelism all-reduces it here for row-parallel layers.
+    OCTET_RETURN_IF_ERROR(
+        backend_.AbsMax(x, count, scratch_.absmax.as<float>()));
+    OCTET_RETURN_IF_ERROR(backend_.Quantize(x, count,
+                                            scratch_.absmax.as<float>(), codes,
+                                            scratch_.act_scale.as<float>()));
+    scale = scratch_.act_scale.as<float>();
+  }
+  if (trace != nullptr && trace->record_codes) {
+    trace->codes.emplace_back(count);
+    trace->scales.emplace_back();
+    OCTET_RETURN_IF_ERROR(
+        backend_.CopyToHost(trace->codes.back().data(), codes, count));
+    OCTET_RETURN_IF_ERROR(
+        backend_.CopyToHost(&trace->scales.back(), scale, sizeof(float)));
+  }
+  return backend_.GemmE4m3(codes, scale, rows, w, y);
+}
+
+absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
+                                 KvCache& cache, std::vector<float>* logits,
+                                 ForwardTrace* trace) {
+  const ModelConfig& c = config_;
+  const int64_t num_seqs = static_cast<int64_t>(steps.size());
+  if (num_seqs == 0) return absl::InvalidArgumentError("Forward: no sequences");
+
+  // Host-side metadata, validated.
+  std::vector<int32_t> ids, positions, slots, token_seq, last_rows;
+  int64_t max_blocks = 1;
+  for (const SequenceStep& s : steps) {
+    if (s.block_table == nullptr) {
+      return absl::InvalidArgumentError("Forward: a step has no block table");
+    }
+    max_blocks = std::max<int64_t>(max_blocks, s.block_table->size());
+  }
+  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const SequenceStep& s = steps[i];
+    const int64_t end =
+        s.start_position + static_cast<int64_t>(s.tokens.size());
+    if (s.tokens.empty() || s.start_position < 0) {
+      return absl::InvalidArgumentError("Forward: a step has no new tokens");
+    }
+    if (end > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: position ", end - 1, " is beyond max_position_embeddings ",
+          c.max_position_embeddings));
+    }
+    if (cache.BlocksFor(end) > static_cast<int64_t>(s.block_table->size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: block table of ", s.block_table->size(),
+                       " blocks cannot hold ", end, " tokens"));
+    }
+    std::copy(s.block_table->begin(), s.block_table->end(),
+              tables.begin() + i * max_blocks);
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      const int32_t id = s.tokens[j];
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Forward: token id ", id, " outside [0, ", c.vocab_size, ")"));
+      }
+      const int64_t pos = s.start_position + static_cast<int64_t>(j);
+      const int32_t block = (*s.block_table)[pos / cache.block_size()];
+      if (block < 0 || block >= cache.num_blocks()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Forward: block ", block, " is not in the cache"));
+      }
+      ids.push_back(id);
+      positions.push_back(static_cast<int32_t>(pos));
+      slots.push_back(static_cast<int32_t>(block * cache.block_size() +
+                                           pos % cache.block_size()));
+      token_seq.push_back(static_cast<int32_t>(i));
+    }
+    last_rows.push_back(static_cast<int32_t>(ids.size() - 1));
+  }
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  OCTET_RETURN_IF_ERROR(Reserve(tokens, num_seqs, num_seqs * max_blocks));
+  Scratch& s = scratch_;
+  auto upload = [&](DeviceBuffer& dst, const std::vector<int32_t>& src) {
+    return backend_.CopyToDevice(dst.data(), src.data(),
+                                 src.size() * sizeof(int32_t));
+  };
+  OCTET_RETURN_IF_ERROR(upload(s.ids, ids));
+  OCTET_RETURN_IF_ERROR(upload(s.positions, positions));
+  OCTET_RETURN_IF_ERROR(upload(s.slots, slots));
+  OCTET_RETURN_IF_ERROR(upload(s.token_seq, token_seq));
+  OCTET_RETURN_IF_ERROR(upload(s.tables, tables));
+  OCTET_RETURN_IF_ERROR(upload(s.last_rows, last_rows));
+
+  AttentionMetadata meta;
+  meta.num_tokens = tokens;
+  meta.positions = s.positions.as<int32_t>();
+  meta.slots = s.slots.as<int32_t>();
+  meta.token_seq = s.token_seq.as<int32_t>();
+  meta.block_tables = s.tables.as<int32_t>();
+  meta.max_blocks = max_blocks;
+  meta.block_size = cache.block_size();
+  meta.sliding_window = c.sliding_window.value_or(0);
+
+  const DType act = backend_.activation_dtype();
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t q_width = c.num_heads * hd, kv_width = c.num_kv_heads * hd;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  OCTET_RETURN_IF_ERROR(backend_.Embedding(
+      embedding_.data.data(), embedding_.dtype, embedding_.out, h, 0,
+      s.ids.as<int32_t>(), tokens, s.h.data()));
+  if (trace != nullptr) {
+    trace->layer_rms.clear();
+    trace->codes.clear();
+    trace->scales.clear();
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& layer = layers_[l];
+    OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
+        s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
+    OCTET_RETURN_IF_ERROR(
+        Linear(layer.qkv, s.x.data(), tokens, s.qkv.data(), trace));
+    void* q = s.qkv.data();
+    void* k = Offset(q, q_width, act);
+    void* v = Offset(q, q_width + kv_width, act);
+    OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, c.num_heads, hd, qkv_width,
+                                        meta.positions, inv_freq_.as<float>()));
+    OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, c.num_kv_heads, hd,
+                                        qkv_width, meta.positions,
+                                        inv_freq_.as<float>()));
+    OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, c.num_kv_heads, hd,
+                                           meta, cache.k(l), cache.v(l)));
+    OCTET_RETURN_IF_ERROR(
+        backend_.Attention(q, qkv_width, c.num_heads, c.num_kv_heads, hd, meta,
+                           cache.k(l), cache.v(l), s.attn.data()));
+    OCTET_RETURN_IF_ERROR(
+        Linear(layer.o, s.attn.data(), tokens, s.proj.data(), trace));
+    OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
+    OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
+        s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
+    OCTET_RETURN_IF_ERROR(
+        Linear(layer.gate_up, s.x.data(), tokens, s.gate_up.data(), trace));
+    OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
+                                           c.intermediate_size, s.act.data()));
+    OCTET_RETURN_IF_ERROR(
+        Linear(layer.down, s.act.data(), tokens, s.proj.data(), trace));
+    OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
+    if (trace != nullptr) {
+      std::vector<uint8_t> host(tokens * h * DTypeSize(act));
+      OCTET_RETURN_IF_ERROR(
+          backend_.CopyToHost(host.data(), s.h.data(), host.size()));
+      double sum = 0;
+      for (int64_t i = 0; i < tokens * h; ++i) {
+        const float v =
+            act == DType::kF32
+                ? reinterpret_cast<const float*>(host.data())[i]
+                : Bf16ToFloat(reinterpret_cast<const Bf16*>(host.data())[i]);
+        sum += double(v) * v;
+      }
+      trace->layer_rms.push_back(std::sqrt(sum / (tokens * h)));
+    }
+  }
+  OCTET_RETURN_IF_ERROR(backend_.RmsNorm(s.h.data(), final_norm_.as<float>(),
+                                         tokens, h, eps, s.x.data()));
+  OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h,
+                                            s.last_rows.as<int32_t>(), num_seqs,
+                                            s.last_hidden.data()));
+  OCTET_RETURN_IF_ERROR(backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
+                                      s.logits.data(), DType::kF32));
+  logits->resize(num_seqs * c.vocab_size);
+  return backend_.CopyToHost(logits->data(), s.logits.data(),
+                             logits->size() * sizeof(float));
+}
+
+}  // namespace octet

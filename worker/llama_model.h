@@ -1,0 +1,117 @@
+// The Llama-family forward pass (Llama 2/3, Mistral) on one backend, written
+// once for every backend (kernels/backend.h).
+//
+// Per layer: x = RMSNorm(h); qkv = x·Wqkvᵀ; RoPE on q and k; k, v into the
+// paged cache; attention over the cache; h += attn·Woᵀ; x = RMSNorm(h);
+// h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ. Then RMSNorm and the lm_head on the
+// last new token of each sequence. q/k/v and gate/up are fused into one GEMM
+// each; embeddings, lm_head, norms, attention and the KV cache stay
+// unquantized (DESIGN.md). With LinearMethod::kFp8 every projection
+// quantizes its input with a dynamic per-tensor scale (or the checkpoint's
+// static input_scale) and runs the e4m3 GEMM.
+//
+// One forward serves any mix of sequences: prompt chunks (prefill) and
+// single tokens (decode), each with its own position and block table.
+// Not thread-safe: one worker thread drives a model and its cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "worker/checkpoint.h"
+#include "worker/kv_cache.h"
+#include "worker/linear_loader.h"
+
+namespace octet {
+
+struct ModelOptions {
+  LinearMethod method = LinearMethod::kNone;
+  CpuKernelOptions cpu;  // load-time quantization on the host
+};
+
+// One sequence's share of a forward pass.
+struct SequenceStep {
+  std::vector<int32_t> tokens;  // new tokens: a prompt (chunk) or one token
+  int64_t start_position = 0;   // tokens of this sequence already cached
+  // Blocks covering start_position + tokens.size() tokens (KvCache::Reserve).
+  const std::vector<int32_t>* block_table = nullptr;
+};
+
+// What a forward pass leaves for inspection (tests, tools). Costly: every
+// recorded value is copied to the host.
+struct ForwardTrace {
+  // RMS of the residual stream after each layer, over all tokens.
+  std::vector<double> layer_rms;
+  // FP8 only, when record_codes: the activation codes and scale of each
+  // quantized projection input, in call order (per layer: qkv, o, gate_up,
+  // down).
+  bool record_codes = false;
+  std::vector<std::vector<uint8_t>> codes;
+  std::vector<float> scales;
+};
+
+class LlamaModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
+      const Checkpoint& ckpt, Backend& backend, const ModelOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
+  LinearMethod method() const { return options_.method; }
+
+  // A KV cache sized for this model on its backend.
+  absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(
+      const KvCacheOptions& options) const;
+
+  // Runs the steps through the model, writing their keys and values into
+  // `cache`, and returns in `logits` the binary32 logits of each step's last
+  // token ([steps][vocab]). Token ids must be below vocab_size and positions
+  // below max_position_embeddings (InvalidArgument otherwise).
+  absl::Status Forward(absl::Span<const SequenceStep> steps, KvCache& cache,
+                       std::vector<float>* logits,
+                       ForwardTrace* trace = nullptr);
+
+  // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
+  uint64_t WeightBytes() const;
+
+ private:
+  struct Layer {
+    DeviceBuffer input_norm, post_norm;  // binary32
+    LinearWeight qkv, o, gate_up, down;
+  };
+  // Device scratch that grows with the largest forward seen.
+  struct Scratch {
+    int64_t tokens = 0, seqs = 0, table_entries = 0;
+    DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
+    DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
+    DeviceBuffer ids, positions, slots, token_seq, tables, last_rows;
+    DeviceBuffer last_hidden, logits;
+  };
+
+  LlamaModel(Backend& backend, const ModelConfig& config,
+             const ModelOptions& options)
+      : backend_(backend), config_(config), options_(options) {}
+  absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
+  absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
+                      void* y, ForwardTrace* trace);
+
+  Backend& backend_;
+  const ModelConfig config_;
+  const ModelOptions options_;
+  LinearWeight embedding_;
+  LinearWeight lm_head_;  // a view of embedding_ when tied
+  DeviceBuffer final_norm_;
+  DeviceBuffer inv_freq_;  // binary32 [head_dim / 2]
+  std::vector<Layer> layers_;
+  Scratch scratch_;
+};
+
+// RoPE inverse frequencies for `config`, with Llama 3 scaling applied:
+// inv_freq[i] = theta^(-2i / head_dim), computed in double, rounded once.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
+
+}  // namespace octet
