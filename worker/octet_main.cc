@@ -2,10 +2,14 @@
 //
 //   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
+//   octet quantize --in DIR --out DIR
+//   octet generate --model DIR [--quantization none|fp8]
+//                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
+//                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
+//                  [--ignore_eos] [--device auto|cpu] [--threads N]
 //
-// (quantize and generate come with the model.) A bad flag value or a missing
-// argument prints one line and exits with status 2; a failure while working
-// prints the error and exits with status 1.
+// A bad flag value or a missing argument prints one line and exits with
+// status 2; a failure while working prints the error and exits with 1.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -15,21 +19,53 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/cpu/backend.h"
+#include "worker/checkpoint.h"
+#include "worker/fp8_export.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
 #include "worker/synthetic.h"
+#include "worker/tokenizer.h"
 
 ABSL_FLAG(std::string, preset, "", "make-model: the model shape (see --help)");
 ABSL_FLAG(std::string, out, "",
-          "make-model: the checkpoint directory to write");
+          "make-model, quantize: the checkpoint directory to write");
 ABSL_FLAG(std::string, dtype, "bf16",
           "make-model: weight dtype: bf16, fp16 or fp32");
-ABSL_FLAG(uint64_t, seed, 0, "make-model: random seed (same seed, same bytes)");
+ABSL_FLAG(
+    uint64_t, seed, 0,
+    "make-model: random seed (same seed, same bytes); generate: sampling seed");
+ABSL_FLAG(std::string, in, "", "quantize: the checkpoint to quantize");
+ABSL_FLAG(std::string, model, "", "generate: the checkpoint directory");
+ABSL_FLAG(std::string, quantization, "none",
+          "generate: linear layers: none (checkpoint dtype) or fp8 (e4m3, "
+          "per-tensor scales); an FP8 checkpoint needs fp8");
+ABSL_FLAG(std::string, prompt, "",
+          "generate: the prompt text (needs a tokenizer)");
+ABSL_FLAG(
+    std::string, prompt_ids, "",
+    "generate: the prompt as comma-separated token ids (no tokenizer needed)");
+ABSL_FLAG(int64_t, max_tokens, 32, "generate: tokens to generate at most");
+ABSL_FLAG(double, temperature, 0.0,
+          "generate: sampling temperature; 0 = greedy");
+ABSL_FLAG(int64_t, top_k, 0,
+          "generate: keep the k most likely tokens; 0 = all");
+ABSL_FLAG(double, top_p, 1.0, "generate: nucleus sampling mass in (0, 1]");
+ABSL_FLAG(bool, ignore_eos, false,
+          "generate: do not stop at the end-of-sequence token");
+ABSL_FLAG(std::string, device, "auto", "generate: auto or cpu");
+ABSL_FLAG(int32_t, threads, 0,
+          "generate, quantize: CPU threads; 0 = one per core");
 
 namespace octet {
 namespace {
 
 constexpr int kUsageError = 2;
+using Clock = std::chrono::steady_clock;
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "octet: %s\n", message.c_str());
@@ -39,6 +75,18 @@ int UsageError(const std::string& message) {
 int Failed(const absl::Status& status) {
   std::fprintf(stderr, "octet: %s\n", std::string(status.message()).c_str());
   return 1;
+}
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+absl::StatusOr<CpuKernelOptions> CpuOptions() {
+  const int32_t threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError("--threads: must be in [0, 1024]");
+  }
+  return CpuKernelOptions{.isa = CpuIsa::kAuto, .num_threads = threads};
 }
 
 int MakeModel() {
@@ -62,32 +110,175 @@ int MakeModel() {
         absl::StrCat("--dtype: '", dtype, "' is not bf16, fp16 or fp32"));
   }
   options.seed = absl::GetFlag(FLAGS_seed);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   absl::Status s = WriteSyntheticCheckpoint(*config, options, out);
   if (!s.ok()) return Failed(s);
-  std::printf(
-      "wrote %s (%s, %s, seed %llu) in %.1f s\n", out.c_str(), preset.c_str(),
-      dtype.c_str(), static_cast<unsigned long long>(options.seed),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
+  std::printf("wrote %s (%s, %s, seed %llu) in %.1f s\n", out.c_str(),
+              preset.c_str(), dtype.c_str(),
+              static_cast<unsigned long long>(options.seed), Since(start));
+  return 0;
+}
+
+int Quantize() {
+  const std::string in = absl::GetFlag(FLAGS_in),
+                    out = absl::GetFlag(FLAGS_out);
+  if (in.empty() || out.empty())
+    return UsageError("quantize needs --in DIR and --out DIR");
+  absl::StatusOr<CpuKernelOptions> cpu = CpuOptions();
+  if (!cpu.ok()) return UsageError(std::string(cpu.status().message()));
+  const auto start = Clock::now();
+  absl::Status s = ExportFp8Checkpoint(in, out, {.cpu = *cpu});
+  if (!s.ok()) return Failed(s);
+  std::printf("wrote FP8 checkpoint %s in %.1f s\n", out.c_str(), Since(start));
+  return 0;
+}
+
+int Generate() {
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  if (dir.empty()) return UsageError("generate needs --model DIR");
+  ModelOptions options;
+  const std::string quantization = absl::GetFlag(FLAGS_quantization);
+  if (quantization == "fp8") {
+    options.method = LinearMethod::kFp8;
+  } else if (quantization != "none") {
+    return UsageError(absl::StrCat("--quantization: '", quantization,
+                                   "' is not none or fp8"));
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cpu") {
+    return UsageError(
+        absl::StrCat("--device: '", device, "' is not auto or cpu"));
+  }
+  absl::StatusOr<CpuKernelOptions> cpu = CpuOptions();
+  if (!cpu.ok()) return UsageError(std::string(cpu.status().message()));
+  options.cpu = *cpu;
+  GenerationRequest request;
+  request.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (request.max_new_tokens <= 0)
+    return UsageError("--max_tokens: must be > 0");
+  request.sampling = {static_cast<float>(absl::GetFlag(FLAGS_temperature)),
+                      absl::GetFlag(FLAGS_top_k),
+                      static_cast<float>(absl::GetFlag(FLAGS_top_p)),
+                      absl::GetFlag(FLAGS_seed)};
+  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  const std::string prompt = absl::GetFlag(FLAGS_prompt);
+  const std::string prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+  if (prompt.empty() == prompt_ids.empty()) {
+    return UsageError(
+        "generate needs exactly one of --prompt and --prompt_ids");
+  }
+  for (absl::string_view id :
+       absl::StrSplit(prompt_ids, ',', absl::SkipEmpty())) {
+    int32_t v;
+    if (!absl::SimpleAtoi(id, &v) || v < 0) {
+      return UsageError(
+          absl::StrCat("--prompt_ids: '", id, "' is not a token id"));
+    }
+    request.prompt.push_back(v);
+  }
+
+  const auto load_start = Clock::now();
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return Failed(ckpt.status());
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+      t.ok()) {
+    tokenizer = *std::move(t);
+  } else if (t.status().code() != absl::StatusCode::kNotFound) {
+    return Failed(t.status());
+  }
+  if (!prompt.empty()) {
+    if (tokenizer == nullptr) {
+      return Failed(absl::FailedPreconditionError(absl::StrCat(
+          dir, " has no tokenizer.model: give the prompt as --prompt_ids")));
+    }
+    for (int64_t id : tokenizer->Encode(prompt, /*add_bos=*/true)) {
+      request.prompt.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_ignore_eos))
+    request.stop_ids = (*ckpt)->config().eos_token_ids;
+  std::unique_ptr<Backend> backend = NewCpuBackend(options.cpu);
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::Load(**ckpt, *backend, options);
+  if (!model.ok()) return Failed(model.status());
+  const ModelConfig& c = (*model)->config();
+  const int64_t tokens =
+      static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewKvCache(
+      {.block_size = 16, .num_blocks = (tokens + 15) / 16});
+  if (!cache.ok()) return Failed(cache.status());
+  std::fprintf(stderr,
+               "octet: %s (%s, %lld layers, hidden %lld) on %s, linear layers "
+               "%s: weights "
+               "%.2f GiB, loaded in %.2f s\n",
+               dir.c_str(), c.architecture.c_str(),
+               static_cast<long long>(c.num_layers),
+               static_cast<long long>(c.hidden_size),
+               backend->Describe().c_str(), quantization.c_str(),
+               (*model)->WeightBytes() / double(1 << 30), Since(load_start));
+
+  // Print text as it arrives: decode everything so far, print what is new.
+  std::vector<int64_t> generated;
+  size_t printed = 0;
+  GenerationOptions gen;
+  gen.on_token = [&](size_t, int32_t token) {
+    generated.push_back(token);
+    if (tokenizer == nullptr) {
+      std::printf("%s%d", generated.size() > 1 ? " " : "", token);
+    } else {
+      const std::string text = tokenizer->Decode(generated);
+      if (text.size() > printed) std::fputs(text.c_str() + printed, stdout);
+      printed = text.size();
+    }
+    std::fflush(stdout);
+  };
+  GenerationStats stats;
+  absl::StatusOr<std::vector<GenerationResult>> result =
+      octet::Generate(**model, **cache, {request}, gen, &stats);
+  std::printf("\n");
+  if (!result.ok()) return Failed(result.status());
+  std::fprintf(
+      stderr,
+      "octet: prompt %lld tokens, prefill %.1f ms; decode %lld tokens in %.2f "
+      "s = "
+      "%.2f tokens/s (%.1f ms/token); finished by %s\n",
+      static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds * 1e3,
+      static_cast<long long>(stats.decoded_tokens), stats.decode_seconds,
+      stats.decode_seconds > 0 ? stats.decoded_tokens / stats.decode_seconds
+                               : 0.0,
+      stats.decoded_tokens > 0
+          ? stats.decode_seconds * 1e3 / stats.decoded_tokens
+          : 0.0,
+      (*result)[0].finish == FinishReason::kStop ? "eos" : "length");
   return 0;
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      absl::StrCat("the octet command line.\n\n"
-                   "  octet make-model --preset ",
-                   absl::StrJoin(SyntheticPresetNames(), "|"),
-                   " --out DIR [--dtype bf16|fp16|fp32] [--seed N]\n"
-                   "      writes a random-weight Hugging Face checkpoint with "
-                   "a real tokenizer"));
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "the octet command line.\n\n"
+      "  octet make-model --preset ",
+      absl::StrJoin(SyntheticPresetNames(), "|"),
+      " --out DIR [--dtype bf16|fp16|fp32] [--seed N]\n"
+      "      writes a random-weight Hugging Face checkpoint with a real "
+      "tokenizer\n"
+      "  octet quantize --in DIR --out DIR\n"
+      "      writes an FP8 (e4m3, per-tensor scales) copy in the vLLM layout\n"
+      "  octet generate --model DIR [--quantization none|fp8] --prompt TEXT "
+      "[--max_tokens N]\n"
+      "      generates on one rank, in this process, and prints the text"));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
-        "expected one command: make-model (octet --help for usage)");
+        "expected one command: make-model, quantize or generate "
+        "(octet --help for usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
+  if (command == "quantize") return Quantize();
+  if (command == "generate") return Generate();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));
 }

@@ -3,15 +3,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
+#include "worker/checkpoint_writer.h"
 #include "worker/safetensors.h"
 #include "worker/sentencepiece_bridge.h"
 #include "worker/tokenizer_corpus.h"
@@ -93,6 +91,11 @@ Init InitFor(const ModelConfig& c, const ExpectedTensor& t) {
   if (n.find("o_proj") != n.npos || n.find("down_proj") != n.npos) {
     s /= std::sqrt(2.0f * static_cast<float>(c.num_layers));
   }
+  // Parts of one fused projection differ in scale, as in trained models (so
+  // that FP8 loading meets parts with different weight_scales).
+  if (n.find("k_proj") != n.npos) s *= 0.8f;
+  if (n.find("v_proj") != n.npos) s *= 1.25f;
+  if (n.find("up_proj") != n.npos) s *= 0.9f;
   return {0.0f, s};
 }
 
@@ -124,15 +127,6 @@ absl::Status WriteTensorData(SafetensorsWriter& w, const ExpectedTensor& t,
         w.Write({buf.data(), static_cast<size_t>(len) * DTypeSize(dtype)});
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
-}
-
-absl::Status WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out)
-    return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
   return absl::OkStatus();
 }
 
@@ -204,75 +198,27 @@ absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
       options.dtype != DType::kF16) {
     return absl::InvalidArgumentError("weights must be f32, bf16 or f16");
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(dir, ": cannot create: ", ec.message()));
-  }
   ModelConfig c = config;
   c.torch_dtype = options.dtype;
   c.fp8.reset();
-
-  // Shards: tensors in load order, a new file when the next would pass
-  // shard_bytes.
-  const std::vector<ExpectedTensor> tensors = ExpectedTensors(c);
-  std::vector<std::vector<const ExpectedTensor*>> shards(1);
-  uint64_t shard_size = 0;
-  for (const ExpectedTensor& t : tensors) {
-    uint64_t bytes = DTypeSize(options.dtype);
-    for (int64_t d : t.shape) bytes *= d;
-    if (shard_size > 0 && shard_size + bytes > options.shard_bytes) {
-      shards.emplace_back();
-      shard_size = 0;
-    }
-    shards.back().push_back(&t);
-    shard_size += bytes;
+  const std::vector<ExpectedTensor> expected = ExpectedTensors(c);
+  std::vector<TensorSource> sources;
+  for (const ExpectedTensor& t : expected) {
+    sources.push_back({{t.name, options.dtype, t.shape},
+                       [&c, &options, &t](SafetensorsWriter& w) {
+                         return WriteTensorData(w, t, InitFor(c, t),
+                                                options.dtype, options.seed);
+                       }});
   }
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  uint64_t total = 0;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file =
-        shards.size() == 1 ? "model.safetensors"
-                           : absl::StrFormat("model-%05d-of-%05d.safetensors",
-                                             s + 1, shards.size());
-    std::vector<SafetensorsWriter::Spec> specs;
-    for (const ExpectedTensor* t : shards[s]) {
-      specs.push_back({t->name, options.dtype, t->shape});
-      weight_map[t->name] = file;
-    }
-    absl::StatusOr<std::unique_ptr<SafetensorsWriter>> w =
-        SafetensorsWriter::Create((fs::path(dir) / file).string(), specs,
-                                  {{"format", "pt"}});
-    if (!w.ok()) return w.status();
-    for (const ExpectedTensor* t : shards[s]) {
-      absl::Status st =
-          WriteTensorData(**w, *t, InitFor(c, *t), options.dtype, options.seed);
-      if (!st.ok()) return st;
-      uint64_t bytes = DTypeSize(options.dtype);
-      for (int64_t d : t->shape) bytes *= d;
-      total += bytes;
-    }
-    absl::Status st = (*w)->Finish();
-    if (!st.ok()) return st;
-  }
-  if (shards.size() > 1) {
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total}};
-    index["weight_map"] = weight_map;
-    absl::Status st = WriteText(fs::path(dir) / "model.safetensors.index.json",
-                                index.dump(2) + "\n");
-    if (!st.ok()) return st;
-  } else {
-    fs::remove(fs::path(dir) / "model.safetensors.index.json", ec);
-  }
-  absl::Status st =
-      WriteText(fs::path(dir) / "config.json", ModelConfigToJson(c));
+  absl::Status st = WriteCheckpointTensors(dir, sources, options.shard_bytes);
+  if (!st.ok()) return st;
+  st = WriteTextFile((fs::path(dir) / "config.json").string(),
+                     ModelConfigToJson(c));
   if (!st.ok()) return st;
   if (options.tokenizer) {
     absl::StatusOr<std::string> tok = TrainSyntheticTokenizer(c.vocab_size);
     if (!tok.ok()) return tok.status();
-    st = WriteText(fs::path(dir) / "tokenizer.model", *tok);
+    st = WriteTextFile((fs::path(dir) / "tokenizer.model").string(), *tok);
     if (!st.ok()) return st;
   }
   return absl::OkStatus();

@@ -155,27 +155,52 @@ TEST_P(ReferenceTest, Fp8MatchesFakeQuantizedReference) {
   const double err = MaxRelError(logits, ref.logits.back());
   EXPECT_LT(err, 1e-2);
 
+  // Compare the activation codes of every projection input. A code may
+  // differ only where the model's binary32 activation and the reference's
+  // fp64 one, rounded, fall on either side of a rounding boundary: then the
+  // codes are neighbours ("flips"). A flip changes what follows it, so a
+  // token's later inputs (and, through attention, later tokens') may then
+  // differ by more; those are counted as propagated, not checked.
   ASSERT_EQ(trace.codes.size(), ref.codes.size());
-  int64_t total = 0, flipped = 0;
+  const int64_t tokens = c.prompt;
+  std::vector<bool> tainted(tokens, false);
+  int64_t total = 0, flips = 0, propagated = 0;
   for (size_t i = 0; i < ref.codes.size(); ++i) {
+    const int kind = i % 4;  // qkv, o, gate_up, down
+    const int64_t width = ref.codes[i].size() / tokens;
     ASSERT_EQ(trace.codes[i].size(), ref.codes[i].size());
+    std::vector<bool> flipped_now(tokens, false);
     for (size_t j = 0; j < ref.codes[i].size(); ++j) {
       ++total;
       if (trace.codes[i][j] == ref.codes[i][j]) continue;
-      ++flipped;
+      const int64_t t = j / width;
+      if (tainted[t]) {
+        ++propagated;
+        continue;
+      }
+      ++flips;
+      flipped_now[t] = true;
       ASSERT_LE(std::abs(Rank(trace.codes[i][j]) - Rank(ref.codes[i][j])), 1)
-          << "projection input " << i << " element " << j << ": codes "
+          << "projection input " << i << " token " << t << ": codes "
           << int(trace.codes[i][j]) << " vs " << int(ref.codes[i][j])
           << " are not neighbours";
     }
+    for (int64_t t = 0; t < tokens; ++t)
+      tainted[t] = tainted[t] || flipped_now[t];
+    if (kind == 0) {  // keys and values reach every later token's attention
+      for (int64_t t = 1; t < tokens; ++t)
+        tainted[t] = tainted[t] || tainted[t - 1];
+    }
   }
-  EXPECT_LT(flipped, total / 100) << "more than 1% of activation codes differ";
+  EXPECT_LT(flips, total / 1000) << "too many independent flips";
   std::printf(
       "[ measured ] %s fp8 vs fake-quantized fp64: max relative logit error "
       "%.2e; "
-      "%lld of %lld activation codes flipped to a neighbour\n",
-      c.preset.c_str(), err, static_cast<long long>(flipped),
-      static_cast<long long>(total));
+      "of %lld activation codes %lld flipped to a neighbour at a rounding "
+      "boundary "
+      "and %lld more differ downstream of a flip\n",
+      c.preset.c_str(), err, static_cast<long long>(total),
+      static_cast<long long>(flips), static_cast<long long>(propagated));
 }
 
 TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {

@@ -1,0 +1,78 @@
+#include "kernels/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace octet {
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!(std::isfinite(p.temperature) && p.temperature >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature must be a finite number >= 0, got ", p.temperature));
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  }
+  if (!(p.top_p > 0 && p.top_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(params.seed) {}
+
+int64_t Sampler::Sample(absl::Span<const float> logits) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  if (params_.temperature == 0.0f || n == 1) {
+    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  }
+  // Candidates by descending logit (ties: lower id first), cut to top_k.
+  std::vector<int64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [&](int64_t a, int64_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  };
+  int64_t keep = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), more_likely);
+  ids.resize(keep);
+  // Softmax at the temperature, in double.
+  std::vector<double> p(keep);
+  const double top = logits[ids[0]];
+  double z = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    p[i] = std::exp((logits[ids[i]] - top) / params_.temperature);
+    z += p[i];
+  }
+  // Nucleus: the shortest prefix whose mass reaches top_p.
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      mass += p[i] / z;
+      if (mass >= params_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    z = std::accumulate(p.begin(), p.begin() + cut, 0.0);
+    keep = cut;
+  }
+  // One uniform draw in [0, z), from 53 bits of the generator: the same on
+  // every platform for the same seed.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1p-53 * z;
+  double acc = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace octet

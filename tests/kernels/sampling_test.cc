@@ -1,0 +1,80 @@
+// Token sampling (kernels/sampling.h): greedy, temperature, top-k, top-p,
+// and the same seed giving the same tokens.
+#include "kernels/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace octet {
+namespace {
+
+TEST(Sampler, GreedyTakesTheArgmaxAndTheLowestIdOnTies) {
+  Sampler s({.temperature = 0.0f});
+  EXPECT_EQ(s.Sample(std::vector<float>{0.1f, 3.0f, -2.0f, 3.0f}), 1);
+  EXPECT_EQ(s.Sample(std::vector<float>{-1.0f}), 0);
+}
+
+TEST(Sampler, FollowsTheSoftmaxAtTheTemperature) {
+  const std::vector<float> logits = {std::log(0.7f), std::log(0.2f), std::log(0.1f)};
+  Sampler s({.temperature = 1.0f, .seed = 11});
+  std::vector<int> counts(3);
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) counts[s.Sample(logits)]++;
+  // Binomial standard deviations are below 0.0025; 0.01 is four of them.
+  EXPECT_NEAR(counts[0] / double(n), 0.7, 0.01);
+  EXPECT_NEAR(counts[1] / double(n), 0.2, 0.01);
+  EXPECT_NEAR(counts[2] / double(n), 0.1, 0.01);
+  // A temperature of 0.5 squares the odds: 0.49 : 0.04 : 0.01.
+  Sampler cold({.temperature = 0.5f, .seed = 12});
+  std::vector<int> c2(3);
+  for (int i = 0; i < n; ++i) c2[cold.Sample(logits)]++;
+  EXPECT_NEAR(c2[0] / double(n), 0.49 / 0.54, 0.01);
+}
+
+TEST(Sampler, TopKAndTopPCutTheTail) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  Sampler k({.temperature = 1.0f, .top_k = 2, .seed = 1});
+  Sampler p({.temperature = 1.0f, .top_p = 0.75f, .seed = 2});
+  for (int i = 0; i < 5000; ++i) {
+    EXPECT_LT(k.Sample(logits), 2);
+    EXPECT_LT(p.Sample(logits), 2);  // 0.5 + 0.3 >= 0.75
+  }
+  Sampler one({.temperature = 1.0f, .top_k = 1, .seed = 3});
+  Sampler tiny_p({.temperature = 1.0f, .top_p = 1e-6f, .seed = 4});
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(one.Sample(logits), 0);
+    EXPECT_EQ(tiny_p.Sample(logits), 0);
+  }
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(i * 0.37f);
+  Sampler a({.temperature = 0.8f, .top_p = 0.9f, .seed = 42});
+  Sampler b({.temperature = 0.8f, .top_p = 0.9f, .seed = 42});
+  Sampler c({.temperature = 0.8f, .top_p = 0.9f, .seed = 43});
+  int differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t x = a.Sample(logits), y = b.Sample(logits), z = c.Sample(logits);
+    EXPECT_EQ(x, y);
+    differ += x != z;
+  }
+  EXPECT_GT(differ, 100);
+}
+
+TEST(Sampler, ValidatesParameters) {
+  EXPECT_TRUE(ValidateSamplingParams({}).ok());
+  EXPECT_FALSE(ValidateSamplingParams({.temperature = -1.0f}).ok());
+  EXPECT_FALSE(ValidateSamplingParams({.temperature = NAN}).ok());
+  EXPECT_FALSE(ValidateSamplingParams({.top_k = -1}).ok());
+  EXPECT_FALSE(ValidateSamplingParams({.top_p = 0.0f}).ok());
+  EXPECT_FALSE(ValidateSamplingParams({.top_p = 1.5f}).ok());
+  EXPECT_NE(std::string(ValidateSamplingParams({.top_p = 2.0f}).message()).find("top_p"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace octet

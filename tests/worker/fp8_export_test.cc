@@ -1,0 +1,228 @@
+// FP8 checkpoints: `octet quantize` output (layout, scales, size), loading it
+// (fused parts requantized to the largest scale, static input scales used),
+// and the errors around it.
+#include "worker/fp8_export.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/backend.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/fp8.h"
+#include "worker/checkpoint_writer.h"
+#include "worker/linear_loader.h"
+#include "worker/llama_model.h"
+#include "worker/synthetic.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Fp8ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() / absl::StrCat("octet_fp8_", ::getpid());
+    fs::remove_all(base_);
+    ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 31},
+                                         (base_ / "bf16").string())
+                    .ok());
+    ASSERT_TRUE(
+        ExportFp8Checkpoint((base_ / "bf16").string(), (base_ / "fp8").string())
+            .ok());
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  uint64_t DirBytes(const fs::path& dir) {
+    uint64_t total = 0;
+    for (const auto& f : fs::directory_iterator(dir)) {
+      if (f.path().extension() == ".safetensors")
+        total += fs::file_size(f.path());
+    }
+    return total;
+  }
+
+  fs::path base_;
+};
+
+TEST_F(Fp8ExportTest, WritesTheVllmLayoutAtAboutHalfTheSize) {
+  auto src = Checkpoint::Open((base_ / "bf16").string());
+  auto fp8 = Checkpoint::Open((base_ / "fp8").string());
+  ASSERT_TRUE(src.ok() && fp8.ok()) << fp8.status();
+  ASSERT_TRUE((*fp8)->config().fp8.has_value());
+  EXPECT_FALSE((*fp8)->config().fp8->static_activations);
+  EXPECT_EQ((*fp8)->config().fp8->ignored_layers,
+            std::vector<std::string>{"lm_head"});
+  EXPECT_TRUE(fs::exists(base_ / "fp8" / "tokenizer.model"));
+  const std::string w = "model.layers.1.mlp.gate_proj.weight";
+  const TensorView codes = *(*fp8)->Get(w);
+  EXPECT_EQ(codes.dtype, DType::kE4m3);
+  const TensorView scale_t = *(*fp8)->Get(w + "_scale");
+  EXPECT_TRUE(scale_t.shape.empty());
+  // The contract's scale and codes, from the bf16 weights.
+  const TensorView orig = *(*src)->Get(w);
+  const Bf16* x = reinterpret_cast<const Bf16*>(orig.bytes.data());
+  const float absmax = *AbsMax(x, orig.num_elements());
+  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax);
+  EXPECT_EQ(*(*fp8)->GetScalar(w + "_scale"), s.scale);
+  std::vector<uint8_t> want(orig.num_elements());
+  ASSERT_TRUE(QuantizeE4m3(x, orig.num_elements(), s.inv, want.data()).ok());
+  EXPECT_EQ(std::memcmp(want.data(), codes.bytes.data(), want.size()), 0);
+  // Norms and embeddings stay bf16.
+  EXPECT_EQ((*fp8)->Get("model.norm.weight")->dtype, DType::kBf16);
+  EXPECT_EQ((*fp8)->Get("model.embed_tokens.weight")->dtype, DType::kBf16);
+  const double ratio =
+      double(DirBytes(base_ / "fp8")) / DirBytes(base_ / "bf16");
+  std::printf(
+      "[ measured ] tiny fp8 checkpoint / bf16 checkpoint on disk: %.3f\n",
+      ratio);
+  EXPECT_LT(ratio, 0.75);  // the tiny model's bf16 embedding is a third of it
+}
+
+TEST_F(Fp8ExportTest, FusedPartsAreRequantizedToTheLargestScale) {
+  auto fp8 = Checkpoint::Open((base_ / "fp8").string());
+  ASSERT_TRUE(fp8.ok());
+  auto backend = NewCpuBackend();
+  const std::string p = "model.layers.0.self_attn.";
+  const std::vector<std::string> parts = {
+      p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"};
+  WeightPolicy policy;
+  policy.method = LinearMethod::kFp8;
+  auto w = LoadLinear(**fp8, parts, policy, *backend);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<float> scales;
+  for (const auto& n : parts)
+    scales.push_back(*(*fp8)->GetScalar(n + "_scale"));
+  const float big = *std::max_element(scales.begin(), scales.end());
+  ASSERT_NE(*std::min_element(scales.begin(), scales.end()), big)
+      << "the test needs parts with different scales";
+  EXPECT_EQ(*w->scale.as<float>(), big);
+  const uint8_t* fused = w->data.as<uint8_t>();
+  int64_t row = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TensorView t = *(*fp8)->Get(parts[i]);
+    for (int64_t j = 0; j < t.num_elements(); ++j) {
+      const uint8_t want =
+          scales[i] == big
+              ? t.bytes[j]
+              : EncodeE4m3(DecodeE4m3(t.bytes[j]) * scales[i] * (1.0f / big));
+      ASSERT_EQ(fused[row * t.shape[1] + j], want)
+          << parts[i] << " element " << j;
+    }
+    row += t.shape[0];
+  }
+}
+
+TEST_F(Fp8ExportTest, LoadsAndGeneratesLikeLoadTimeQuantization) {
+  auto src = Checkpoint::Open((base_ / "bf16").string());
+  auto fp8 = Checkpoint::Open((base_ / "fp8").string());
+  ASSERT_TRUE(src.ok() && fp8.ok());
+  auto backend = NewCpuBackend();
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  auto a = LlamaModel::Load(**src, *backend, o);
+  auto b = LlamaModel::Load(**fp8, *backend, o);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_EQ((*a)->WeightBytes(), (*b)->WeightBytes());
+  auto cache = (*a)->NewKvCache({.block_size = 16, .num_blocks = 8});
+  ASSERT_TRUE(cache.ok());
+  std::vector<int32_t> table;
+  ASSERT_TRUE((*cache)->Reserve(20, &table).ok());
+  std::vector<int32_t> prompt(20);
+  for (int i = 0; i < 20; ++i) prompt[i] = (i * 7 + 3) % 512;
+  SequenceStep step{prompt, 0, &table};
+  std::vector<float> la, lb;
+  ASSERT_TRUE((*a)->Forward({&step, 1}, **cache, &la).ok());
+  ASSERT_TRUE((*b)->Forward({&step, 1}, **cache, &lb).ok());
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    dot += double(la[i]) * lb[i];
+    na += double(la[i]) * la[i];
+    nb += double(lb[i]) * lb[i];
+  }
+  // The exported parts were quantized with their own scales and, at load,
+  // requantized to the largest: a second rounding that load-time
+  // quantization of the bf16 weights does not have.
+  const double cosine = dot / std::sqrt(na * nb);
+  EXPECT_GT(cosine, 0.99);
+  std::printf(
+      "[ measured ] tiny logits, fp8 checkpoint vs bf16 quantized at load: "
+      "cosine %.5f\n",
+      cosine);
+
+  ModelOptions none;
+  EXPECT_EQ(LlamaModel::Load(**fp8, *backend, none).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      ExportFp8Checkpoint((base_ / "fp8").string(), (base_ / "again").string())
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(Fp8ExportTest, StaticInputScalesAreUsed) {
+  // Rewrite the FP8 checkpoint with activation_scheme static and an
+  // input_scale for every projection.
+  auto fp8 = Checkpoint::Open((base_ / "fp8").string());
+  ASSERT_TRUE(fp8.ok());
+  auto write_static = [&](const fs::path& dir, float input_scale) {
+    std::vector<TensorSource> sources;
+    static std::vector<float> value;
+    value = {input_scale};
+    for (const std::string& name : (*fp8)->TensorNames()) {
+      const TensorView t = *(*fp8)->Get(name);
+      sources.push_back({{name, t.dtype, t.shape}, [t](SafetensorsWriter& w) {
+                           return w.Write(t.bytes);
+                         }});
+      if (t.dtype == DType::kE4m3) {
+        sources.push_back(
+            {{name.substr(0, name.size() - 7) + ".input_scale",
+              DType::kF32,
+              {}},
+             [](SafetensorsWriter& w) {
+               return w.Write(
+                   {reinterpret_cast<const uint8_t*>(value.data()), 4});
+             }});
+      }
+    }
+    ASSERT_TRUE(
+        WriteCheckpointTensors(dir.string(), sources, uint64_t{1} << 30).ok());
+    ModelConfig c = (*fp8)->config();
+    c.fp8->static_activations = true;
+    ASSERT_TRUE(
+        WriteTextFile((dir / "config.json").string(), ModelConfigToJson(c))
+            .ok());
+  };
+  write_static(base_ / "static_a", 0.05f);
+  write_static(base_ / "static_b", 0.5f);
+  auto a = Checkpoint::Open((base_ / "static_a").string());
+  auto b = Checkpoint::Open((base_ / "static_b").string());
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  auto backend = NewCpuBackend();
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  auto ma = LlamaModel::Load(**a, *backend, o);
+  auto mb = LlamaModel::Load(**b, *backend, o);
+  ASSERT_TRUE(ma.ok() && mb.ok()) << ma.status();
+  auto cache = (*ma)->NewKvCache({.block_size = 16, .num_blocks = 4});
+  std::vector<int32_t> table;
+  ASSERT_TRUE((*cache)->Reserve(8, &table).ok());
+  SequenceStep step{{5, 6, 7, 8, 9, 10, 11, 12}, 0, &table};
+  ForwardTrace ta, tb;
+  ta.record_codes = tb.record_codes = true;
+  std::vector<float> la, lb;
+  ASSERT_TRUE((*ma)->Forward({&step, 1}, **cache, &la, &ta).ok());
+  ASSERT_TRUE((*mb)->Forward({&step, 1}, **cache, &lb, &tb).ok());
+  ASSERT_FALSE(ta.scales.empty());
+  for (float s : ta.scales) EXPECT_EQ(s, 0.05f);
+  for (float s : tb.scales) EXPECT_EQ(s, 0.5f);
+  EXPECT_NE(la, lb);
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,151 @@
+#include "worker/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace octet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Running {
+  size_t index;
+  std::vector<int32_t> table;
+  Sampler sampler;
+  int64_t cached = 0;         // tokens already in the cache
+  std::vector<int32_t> next;  // tokens to feed next
+  bool done = false;
+};
+
+absl::Status RunBatch(LlamaModel& model, KvCache& cache,
+                      const std::vector<GenerationRequest>& requests,
+                      const std::vector<size_t>& indices,
+                      const GenerationOptions& options,
+                      std::vector<GenerationResult>& results,
+                      GenerationStats* stats) {
+  std::vector<Running> seqs;
+  for (size_t i : indices) {
+    seqs.push_back(Running{
+        i, {}, Sampler(requests[i].sampling), 0, requests[i].prompt, false});
+  }
+  // Reserve each sequence's whole budget up front, so that a generation
+  // never fails half way for want of blocks.
+  absl::Status status = absl::OkStatus();
+  for (Running& s : seqs) {
+    const GenerationRequest& r = requests[s.index];
+    status = cache.Reserve(
+        static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens, &s.table);
+    if (!status.ok()) break;
+  }
+  std::vector<float> logits;
+  bool first = true;
+  while (status.ok()) {
+    std::vector<SequenceStep> steps;
+    std::vector<Running*> active;
+    for (Running& s : seqs) {
+      if (s.done) continue;
+      steps.push_back(SequenceStep{s.next, s.cached, &s.table});
+      active.push_back(&s);
+    }
+    if (steps.empty()) break;
+    const auto start = Clock::now();
+    status = model.Forward(steps, cache, &logits);
+    if (!status.ok()) break;
+    const int64_t vocab = model.config().vocab_size;
+    for (size_t j = 0; j < active.size(); ++j) {
+      Running& s = *active[j];
+      const GenerationRequest& r = requests[s.index];
+      GenerationResult& out = results[s.index];
+      s.cached += static_cast<int64_t>(s.next.size());
+      const int32_t token = static_cast<int32_t>(s.sampler.Sample(
+          {logits.data() + j * vocab, static_cast<size_t>(vocab)}));
+      out.tokens.push_back(token);
+      if (options.on_token) options.on_token(s.index, token);
+      s.next = {token};
+      if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) !=
+          r.stop_ids.end()) {
+        out.finish = FinishReason::kStop;
+        s.done = true;
+      } else if (static_cast<int64_t>(out.tokens.size()) >= r.max_new_tokens) {
+        out.finish = FinishReason::kLength;
+        s.done = true;
+      }
+    }
+    if (stats != nullptr) {
+      if (first) {
+        stats->prefill_seconds += Since(start);
+      } else {
+        stats->decode_seconds += Since(start);
+        stats->decode_steps += 1;
+        stats->decoded_tokens += static_cast<int64_t>(active.size());
+      }
+    }
+    first = false;
+  }
+  for (Running& s : seqs) cache.Release(&s.table);
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GenerationResult>> Generate(
+    LlamaModel& model, KvCache& cache,
+    const std::vector<GenerationRequest>& requests,
+    const GenerationOptions& options, GenerationStats* stats) {
+  const ModelConfig& c = model.config();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    absl::Status s = ValidateSamplingParams(r.sampling);
+    if (!s.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i, ": ", s.message()));
+    if (r.prompt.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i, ": empty prompt"));
+    }
+    if (r.max_new_tokens <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i, ": max_new_tokens must be > 0"));
+    }
+    for (int32_t id : r.prompt) {
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("request ", i, ": token id ", id, " outside [0, ",
+                         c.vocab_size, ")"));
+      }
+    }
+    if (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens >
+        c.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i, ": prompt (", r.prompt.size(),
+                       " tokens) + max_new_tokens (", r.max_new_tokens,
+                       ") exceed the context of ", c.max_position_embeddings));
+    }
+    if (stats != nullptr)
+      stats->prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  }
+  std::vector<GenerationResult> results(requests.size());
+  if (options.one_at_a_time) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      absl::Status s =
+          RunBatch(model, cache, requests, {i}, options, results, stats);
+      if (!s.ok()) return s;
+    }
+  } else {
+    std::vector<size_t> all(requests.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    absl::Status s =
+        RunBatch(model, cache, requests, all, options, results, stats);
+    if (!s.ok()) return s;
+  }
+  return results;
+}
+
+}  // namespace octet
