@@ -190,6 +190,12 @@ absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
   return TensorView{e.name, f.path(), e.dtype, e.shape, f.Data(e)};
 }
 
+void Checkpoint::ReleasePages(absl::string_view name) const {
+  auto it = index_.find(name);
+  if (it != index_.end())
+    files_[it->second.first]->ReleasePages(*it->second.second);
+}
+
 bool Checkpoint::Has(absl::string_view name) const {
   return index_.contains(name);
 }

@@ -60,6 +60,10 @@ class Checkpoint {
   bool Has(absl::string_view name) const;
   std::vector<std::string> TensorNames() const;  // sorted
 
+  // Done with `name` for now: its mapped pages may leave memory (see
+  // SafetensorsFile::ReleasePages). No-op for unknown names.
+  void ReleasePages(absl::string_view name) const;
+
   // Reads a scalar F32 tensor (shape [] or [1]), e.g. an FP8 weight_scale.
   absl::StatusOr<float> GetScalar(absl::string_view name) const;
 

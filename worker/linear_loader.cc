@@ -176,6 +176,7 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
         Upload(backend, host.data(), host.size());
     if (!data.ok()) return data.status();
     w.data = *std::move(data);
+    for (const std::string& name : parts) ckpt.ReleasePages(name);
     return w;
   }
 
@@ -220,6 +221,7 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
       Upload(backend, codes.data(), codes.size());
   if (!data.ok()) return data.status();
   w.data = *std::move(data);
+  for (const std::string& name : parts) ckpt.ReleasePages(name);
   absl::StatusOr<DeviceBuffer> s = UploadScalar(backend, scale);
   if (!s.ok()) return s.status();
   w.scale = *std::move(s);
@@ -265,6 +267,7 @@ absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
         absl::StrCat(t->file, ": tensor '", name, "' must be a float vector"));
   }
   const std::vector<float> v = ToFloat(*t);
+  ckpt.ReleasePages(name);
   return Upload(backend, v.data(), v.size() * sizeof(float));
 }
 

@@ -204,6 +204,8 @@ int Generate() {
   absl::StatusOr<std::unique_ptr<LlamaModel>> model =
       LlamaModel::Load(**ckpt, *backend, options);
   if (!model.ok()) return Failed(model.status());
+  const double load_seconds = Since(load_start);
+  ckpt->reset();  // the model holds its own copy: unmap the files
   const ModelConfig& c = (*model)->config();
   const int64_t tokens =
       static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
@@ -218,7 +220,7 @@ int Generate() {
                static_cast<long long>(c.num_layers),
                static_cast<long long>(c.hidden_size),
                backend->Describe().c_str(), quantization.c_str(),
-               (*model)->WeightBytes() / double(1 << 30), Since(load_start));
+               (*model)->WeightBytes() / double(1 << 30), load_seconds);
 
   // Print text as it arrives: decode everything so far, print what is new.
   std::vector<int64_t> generated;

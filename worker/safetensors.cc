@@ -261,6 +261,21 @@ absl::Span<const uint8_t> SafetensorsFile::Data(
                                    entry.end - entry.begin);
 }
 
+void SafetensorsFile::ReleasePages(const SafetensorsEntry& entry) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin =
+      reinterpret_cast<uintptr_t>(map_ + header_.data_offset + entry.begin);
+  const uintptr_t end =
+      reinterpret_cast<uintptr_t>(map_ + header_.data_offset + entry.end);
+  // Whole pages inside the tensor only: its neighbours may still be in use.
+  const uintptr_t first = (begin + page - 1) / page * page,
+                  last = end / page * page;
+  if (first < last) {
+    (void)::madvise(reinterpret_cast<void*>(first), last - first,
+                    MADV_DONTNEED);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::string& path, const std::vector<Spec>& tensors,
     const std::map<std::string, std::string>& metadata) {

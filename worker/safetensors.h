@@ -68,6 +68,11 @@ class SafetensorsFile {
   // The bytes of `entry` (an entry of this file), valid while the file is.
   absl::Span<const uint8_t> Data(const SafetensorsEntry& entry) const;
 
+  // Tells the kernel this process is done with `entry`'s pages for now, so
+  // that loading a model does not keep the whole file resident. The bytes
+  // stay readable (they are read back from the file if touched again).
+  void ReleasePages(const SafetensorsEntry& entry) const;
+
  private:
   SafetensorsFile() = default;
 

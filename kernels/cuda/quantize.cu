@@ -118,10 +118,14 @@ __device__ inline uint16_t EncodePair(float a, float b) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeKernel(const T* __restrict__ x, int64_t n, bool aligned,
-                   const float* __restrict__ absmax, uint8_t* __restrict__ q,
-                   float* __restrict__ scale_out) {
-  const E4m3Scale s = E4m3ScaleFromAbsmax(*absmax);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = s.scale;
+                   const float* __restrict__ absmax_or_scale, bool given_scale,
+                   uint8_t* __restrict__ q, float* __restrict__ scale_out) {
+  // Dynamic: the contract's scale from the absmax (and published for the
+  // GEMM). Static: the given scale, inv = 1 / scale.
+  const E4m3Scale s = given_scale
+                          ? E4m3Scale{*absmax_or_scale, 1.0f / *absmax_or_scale}
+                          : E4m3ScaleFromAbsmax(*absmax_or_scale);
+  if (!given_scale && blockIdx.x == 0 && threadIdx.x == 0) *scale_out = s.scale;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
   const int64_t tid = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   int64_t tail_begin = 0;
@@ -246,11 +250,32 @@ absl::Status CudaE4m3Quantizer::Quantize(const void* x, DType x_dtype,
                                          int64_t n, const float* d_absmax,
                                          uint8_t* q, float* d_scale,
                                          cudaStream_t stream) {
+  if (d_scale == nullptr) {
+    return absl::InvalidArgumentError(
+        "CudaE4m3Quantizer::Quantize: null scale output");
+  }
+  return Launch(x, x_dtype, n, d_absmax, /*given_scale=*/false, q, d_scale,
+                stream);
+}
+
+absl::Status CudaE4m3Quantizer::QuantizeWithScale(const void* x, DType x_dtype,
+                                                  int64_t n,
+                                                  const float* d_scale,
+                                                  uint8_t* q,
+                                                  cudaStream_t stream) {
+  return Launch(x, x_dtype, n, d_scale, /*given_scale=*/true, q, nullptr,
+                stream);
+}
+
+absl::Status CudaE4m3Quantizer::Launch(const void* x, DType x_dtype, int64_t n,
+                                       const float* d_in, bool given_scale,
+                                       uint8_t* q, float* d_scale,
+                                       cudaStream_t stream) {
   absl::Status input = CheckInput(x, x_dtype, n, "CudaE4m3Quantizer::Quantize");
   if (!input.ok()) return input;
-  if ((n > 0 && q == nullptr) || d_absmax == nullptr || d_scale == nullptr) {
+  if ((n > 0 && q == nullptr) || d_in == nullptr) {
     return absl::InvalidArgumentError(
-        "CudaE4m3Quantizer::Quantize: null output or absmax");
+        "CudaE4m3Quantizer::Quantize: null output, absmax or scale");
   }
   const int64_t work_blocks = (n + kThreads * 8 - 1) / (kThreads * 8);
   const int blocks = static_cast<int>(
@@ -259,10 +284,12 @@ absl::Status CudaE4m3Quantizer::Quantize(const void* x, DType x_dtype,
   const bool aligned = Aligned16(x) && reinterpret_cast<uintptr_t>(q) % 8 == 0;
   if (x_dtype == DType::kBf16) {
     QuantizeKernel<<<blocks, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), n, aligned, d_absmax, q, d_scale);
+        static_cast<const __nv_bfloat16*>(x), n, aligned, d_in, given_scale, q,
+        d_scale);
   } else {
     QuantizeKernel<<<blocks, kThreads, 0, stream>>>(
-        static_cast<const float*>(x), n, aligned, d_absmax, q, d_scale);
+        static_cast<const float*>(x), n, aligned, d_in, given_scale, q,
+        d_scale);
   }
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

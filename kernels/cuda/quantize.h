@@ -44,6 +44,11 @@ class CudaE4m3Quantizer {
                         const float* d_absmax, uint8_t* q, float* d_scale,
                         cudaStream_t stream);
 
+  // q[i] = EncodeE4m3(x[i] * (1 / *d_scale)) for a static activation scale.
+  absl::Status QuantizeWithScale(const void* x, DType x_dtype, int64_t n,
+                                 const float* d_scale, uint8_t* q,
+                                 cudaStream_t stream);
+
   // AbsMax then Quantize, through an absmax slot owned by this object.
   absl::Status QuantizeDynamic(const void* x, DType x_dtype, int64_t n,
                                uint8_t* q, float* d_scale, cudaStream_t stream);
@@ -54,6 +59,9 @@ class CudaE4m3Quantizer {
 
  private:
   CudaE4m3Quantizer() = default;
+  absl::Status Launch(const void* x, DType x_dtype, int64_t n,
+                      const float* d_in, bool given_scale, uint8_t* q,
+                      float* d_scale, cudaStream_t stream);
 
   // Device scratch: per-block maxima, the last-block ticket (always 0
   // between calls) and the absmax slot of QuantizeDynamic.

@@ -1,0 +1,161 @@
+#include "kernels/cuda/backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/quantize.h"
+
+namespace octet {
+namespace {
+
+class CudaBackend : public Backend {
+ public:
+  absl::Status Init(int device) {
+    if (!CudaDeviceSupported(device)) {
+      return absl::UnavailableError(absl::StrCat(
+          "no usable CUDA device ", device, ": ", DescribeCudaDevice(device)));
+    }
+    device_ = device;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    absl::StatusOr<std::unique_ptr<CublasLtGemm>> g = CublasLtGemm::Create();
+    if (!g.ok()) return g.status();
+    gemm_ = *std::move(g);
+    absl::StatusOr<std::unique_ptr<CudaE4m3Quantizer>> q =
+        CudaE4m3Quantizer::Create();
+    if (!q.ok()) return q.status();
+    quantizer_ = *std::move(q);
+    return absl::OkStatus();
+  }
+  ~CudaBackend() override {
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  DType activation_dtype() const override { return DType::kBf16; }
+  std::string Describe() const override {
+    return absl::StrCat("cuda:", device_, " ", DescribeCudaDevice(device_));
+  }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (bytes > 0) OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+    return DeviceBuffer(this, p, bytes);
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    // Pageable sources are staged before the call returns, so the caller may
+    // reuse `src` at once; the copy is ordered with the stream's kernels.
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override {
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Embedding(const void* table, DType table_dtype, int64_t rows,
+                         int64_t cols, int64_t row_begin, const int32_t* ids,
+                         int64_t n, void* out) override {
+    return cuda::Embedding(table, table_dtype, rows, cols, row_begin, ids, n,
+                           out, stream_);
+  }
+  absl::Status RmsNorm(const void* x, const float* weight, int64_t rows,
+                       int64_t cols, float eps, void* out) override {
+    return cuda::RmsNorm(x, weight, rows, cols, eps, out, stream_);
+  }
+  absl::Status Add(void* x, const void* y, int64_t count) override {
+    return cuda::Add(x, y, count, stream_);
+  }
+  absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
+                    int64_t row_stride, const int32_t* positions,
+                    const float* inv_freq) override {
+    return cuda::Rope(x, rows, heads, head_dim, row_stride, positions, inv_freq,
+                      stream_);
+  }
+  absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
+                       void* out) override {
+    return cuda::SiluMul(x, rows, cols, out, stream_);
+  }
+  absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
+                       int64_t kv_heads, int64_t head_dim,
+                       const AttentionMetadata& meta, void* k_cache,
+                       void* v_cache) override {
+    return cuda::WriteKv(k, v, row_stride, kv_heads, head_dim, meta, k_cache,
+                         v_cache, stream_);
+  }
+  absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim,
+                         const AttentionMetadata& meta, const void* k_cache,
+                         const void* v_cache, void* out) override {
+    return cuda::Attention(q, q_stride, heads, kv_heads, head_dim, meta,
+                           k_cache, v_cache, out, stream_);
+  }
+  absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
+                    DType y_dtype) override {
+    if (w.dtype != DType::kBf16) {
+      return absl::InvalidArgumentError("CUDA Gemm: weights must be bf16");
+    }
+    return gemm_->Bf16(static_cast<const Bf16*>(x), w.data.as<Bf16>(), rows,
+                       w.out, w.in, y, y_dtype, stream_);
+  }
+  absl::Status AbsMax(const void* x, int64_t count, float* absmax) override {
+    return quantizer_->AbsMax(x, DType::kBf16, count, absmax, stream_);
+  }
+  absl::Status Quantize(const void* x, int64_t count, const float* absmax,
+                        uint8_t* q, float* scale) override {
+    return quantizer_->Quantize(x, DType::kBf16, count, absmax, q, scale,
+                                stream_);
+  }
+  absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
+                              uint8_t* q) override {
+    return quantizer_->QuantizeWithScale(x, DType::kBf16, count, scale, q,
+                                         stream_);
+  }
+  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale, int64_t rows,
+                        const LinearWeight& w, void* y) override {
+    if (w.dtype != DType::kE4m3) {
+      return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
+    }
+    return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),
+                       rows, w.out, w.in, y, DType::kBf16, stream_);
+  }
+  absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
+                          int64_t n, void* out) override {
+    return cuda::GatherRows(x, cols, rows, n, out, stream_);
+  }
+
+ protected:
+  void Free(void* data) override { cudaFree(data); }
+
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<CudaE4m3Quantizer> quantizer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device) {
+  auto backend = std::make_unique<CudaBackend>();
+  absl::Status s = backend->Init(device);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace octet

@@ -1,0 +1,39 @@
+// CUDA kernels of the Llama forward's non-GEMM operations, on bfloat16
+// activations (binary32 arithmetic inside, one rounding at the end). Same
+// semantics as the Backend methods (kernels/backend.h) and as the CPU
+// references (kernels/cpu/ops.h) that tests/kernels/cuda_ops_test.cc checks
+// them against. All enqueue on `stream` and return launch errors.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+
+namespace octet::cuda {
+
+absl::Status Embedding(const void* table, DType table_dtype, int64_t rows,
+                       int64_t cols, int64_t row_begin, const int32_t* ids,
+                       int64_t n, void* out, cudaStream_t stream);
+absl::Status RmsNorm(const void* x, const float* weight, int64_t rows,
+                     int64_t cols, float eps, void* out, cudaStream_t stream);
+absl::Status Add(void* x, const void* y, int64_t count, cudaStream_t stream);
+absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
+                  int64_t row_stride, const int32_t* positions,
+                  const float* inv_freq, cudaStream_t stream);
+absl::Status SiluMul(const void* x, int64_t rows, int64_t cols, void* out,
+                     cudaStream_t stream);
+absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
+                     int64_t kv_heads, int64_t head_dim,
+                     const AttentionMetadata& meta, void* k_cache,
+                     void* v_cache, cudaStream_t stream);
+absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
+                       int64_t kv_heads, int64_t head_dim,
+                       const AttentionMetadata& meta, const void* k_cache,
+                       const void* v_cache, void* out, cudaStream_t stream);
+absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
+                        int64_t n, void* out, cudaStream_t stream);
+
+}  // namespace octet::cuda
