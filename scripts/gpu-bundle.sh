@@ -19,7 +19,11 @@ fi
 out=.gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-programs=(cuda_quantize_test cuda_gemm_test bench_gemm)
+# Every gpu-labelled test program, the benchmark and the CLI.
+programs=(bench_gemm octet)
+for t in build/bin/*_test; do
+  case "$(basename "$t")" in *cuda*) programs+=("$(basename "$t")") ;; esac
+done
 for p in "${programs[@]}"; do cp "build/bin/$p" "$out/bin/"; done
 cp scripts/gpu-check.sh "$out/"
 

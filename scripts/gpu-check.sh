@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs every `gpu` test and the GEMM benchmark on a machine with an NVIDIA
-# GPU (sm_89 or sm_90), from the bundle scripts/gpu-bundle.sh made. Each step
-# has its own time limit (5 min); the whole should take 2-3 minutes.
+# GPU (sm_89 or sm_90), from the bundle scripts/gpu-bundle.sh made: the gpu
+# tests, bench_gemm, and octet generate on the llama-1b preset (decode speed
+# with fp8 vs none). Each step has its own time limit; the whole should take
+# 3-4 minutes.
 #
 #   .gpu-bundle/gpu-check.sh [OUTPUT_DIR]
 #
-# Logs and the benchmark table go to OUTPUT_DIR (default: $OUT, else
-# ./gpu-check-out). Exits non-zero if a test fails, a test was skipped
+# Logs (tests.log, octet.log) and the benchmark table go to OUTPUT_DIR
+# (default: $OUT, else ./gpu-check-out). Exits non-zero if a test fails, a test was skipped
 # (no usable GPU is a failure here, not a pass), or the benchmark fails.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,14 +19,18 @@ export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
 
-for t in cuda_quantize_test cuda_gemm_test; do
+for path in "$here"/bin/*_test; do
+  t=$(basename "$path")
   echo "== $t"
-  timeout 300 "$here/bin/$t" --gtest_brief=1 > "$out/$t.log" 2>&1
+  log=$(mktemp)
+  timeout 300 "$path" > "$log" 2>&1
   rc=$?
-  tail -n 25 "$out/$t.log"
+  { echo "== $t"; cat "$log"; } >> "$out/tests.log"
+  grep -E "^\[ measured \]|FAILED|Failure" "$log" | head -n 40
+  tail -n 3 "$log"
   if [ $rc -ne 0 ]; then
     echo "gpu-check: $t FAILED (exit $rc)"; status=1
-  elif grep -q "SKIPPED" "$out/$t.log"; then
+  elif grep -q "SKIPPED" "$log"; then
     echo "gpu-check: $t skipped tests: no usable GPU"; status=1
   fi
 done
@@ -33,6 +39,20 @@ echo "== bench_gemm --backend=cuda"
 timeout 300 "$here/bin/bench_gemm" --backend=cuda --min_time_ms=100 2>&1 | tee "$out/bench_gemm.txt"
 rc=${PIPESTATUS[0]}
 if [ $rc -ne 0 ]; then echo "gpu-check: bench_gemm FAILED (exit $rc)"; status=1; fi
+
+echo "== the model on the GPU: llama-1b preset, decode with fp8 vs none"
+model="$(mktemp -d)/llama-1b"
+if timeout 120 "$here/bin/octet" make-model --preset llama-1b --out "$model" > "$out/octet.log" 2>&1; then
+  for q in none fp8 none fp8; do
+    timeout 120 "$here/bin/octet" generate --model "$model" --device cuda \
+      --prompt "The quick brown fox" --max_tokens 64 --ignore_eos --quantization "$q" \
+      > /dev/null 2>> "$out/octet.log" || { echo "gpu-check: octet generate ($q) FAILED"; status=1; }
+  done
+  grep "^octet:" "$out/octet.log"
+  rm -rf "$model"
+else
+  echo "gpu-check: octet make-model FAILED"; cat "$out/octet.log"; status=1
+fi
 
 echo "gpu-check: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status

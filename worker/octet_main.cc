@@ -6,7 +6,7 @@
 //   octet generate --model DIR [--quantization none|fp8]
 //                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
 //                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
-//                  [--ignore_eos] [--device auto|cpu] [--threads N]
+//                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
 //
 // A bad flag value or a missing argument prints one line and exits with
 // status 2; a failure while working prints the error and exits with 1.
@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "kernels/cpu/backend.h"
+#include "worker/backends.h"
 #include "worker/checkpoint.h"
 #include "worker/fp8_export.h"
 #include "worker/generator.h"
@@ -57,7 +57,9 @@ ABSL_FLAG(int64_t, top_k, 0,
 ABSL_FLAG(double, top_p, 1.0, "generate: nucleus sampling mass in (0, 1]");
 ABSL_FLAG(bool, ignore_eos, false,
           "generate: do not stop at the end-of-sequence token");
-ABSL_FLAG(std::string, device, "auto", "generate: auto or cpu");
+ABSL_FLAG(std::string, device, "auto",
+          "generate: auto (a supported GPU if there is one, else the CPU), cpu "
+          "or cuda");
 ABSL_FLAG(int32_t, threads, 0,
           "generate, quantize: CPU threads; 0 = one per core");
 
@@ -145,9 +147,9 @@ int Generate() {
                                    "' is not none or fp8"));
   }
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "auto" && device != "cpu") {
+  if (device != "auto" && device != "cpu" && device != "cuda") {
     return UsageError(
-        absl::StrCat("--device: '", device, "' is not auto or cpu"));
+        absl::StrCat("--device: '", device, "' is not auto, cpu or cuda"));
   }
   absl::StatusOr<CpuKernelOptions> cpu = CpuOptions();
   if (!cpu.ok()) return UsageError(std::string(cpu.status().message()));
@@ -200,7 +202,10 @@ int Generate() {
   }
   if (!absl::GetFlag(FLAGS_ignore_eos))
     request.stop_ids = (*ckpt)->config().eos_token_ids;
-  std::unique_ptr<Backend> backend = NewCpuBackend(options.cpu);
+  absl::StatusOr<std::unique_ptr<Backend>> made =
+      NewBackend(device, options.cpu);
+  if (!made.ok()) return Failed(made.status());
+  std::unique_ptr<Backend> backend = *std::move(made);
   absl::StatusOr<std::unique_ptr<LlamaModel>> model =
       LlamaModel::Load(**ckpt, *backend, options);
   if (!model.ok()) return Failed(model.status());

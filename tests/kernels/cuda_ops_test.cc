@@ -1,0 +1,215 @@
+// The CUDA backend's operations (kernels/cuda/ops.h, through the Backend
+// interface) against the CPU backend's, whose ops are the scalar references:
+// the same inputs (bfloat16-exact values), outputs within bfloat16 rounding.
+// Skips without a supported CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/backend.h"
+#include "kernels/cuda/backend.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace octet {
+namespace {
+
+// Random bfloat16-exact values, so both backends start from the same numbers.
+std::vector<float> Values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = Bf16ToFloat(FloatToBf16(d(rng)));
+  return v;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OCTET_REQUIRE_CUDA_DEVICE();
+    auto g = NewCudaBackend(0);
+    ASSERT_TRUE(g.ok()) << g.status();
+    gpu_ = *std::move(g);
+    cpu_ = NewCpuBackend();
+  }
+
+  // Activations: binary32 on the CPU, bfloat16 on the GPU.
+  DeviceBuffer Act(Backend& b, const std::vector<float>& v) {
+    if (b.kind() == DeviceKind::kCpu) return Raw(b, v.data(), v.size() * 4);
+    std::vector<Bf16> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = FloatToBf16(v[i]);
+    return Raw(b, h.data(), h.size() * 2);
+  }
+  template <typename T>
+  DeviceBuffer Buf(Backend& b, const std::vector<T>& v) {
+    return Raw(b, v.data(), v.size() * sizeof(T));
+  }
+  DeviceBuffer Raw(Backend& b, const void* p, size_t bytes) {
+    auto buf = b.Allocate(bytes);
+    EXPECT_TRUE(buf.ok());
+    EXPECT_TRUE(b.CopyToDevice(buf->data(), p, bytes).ok());
+    return *std::move(buf);
+  }
+  std::vector<float> Read(Backend& b, const DeviceBuffer& buf, size_t n) {
+    std::vector<float> out(n);
+    if (b.kind() == DeviceKind::kCpu) {
+      EXPECT_TRUE(b.CopyToHost(out.data(), buf.data(), n * 4).ok());
+    } else {
+      std::vector<Bf16> h(n);
+      EXPECT_TRUE(b.CopyToHost(h.data(), buf.data(), n * 2).ok());
+      for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(h[i]);
+    }
+    return out;
+  }
+  // GPU result vs the CPU's rounded to bfloat16: rel_tol relative plus abs_tol.
+  void ExpectNear(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                  double rel_tol, double abs_tol, const char* what) {
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const float want = Bf16ToFloat(FloatToBf16(cpu[i]));
+      ASSERT_LE(std::fabs(gpu[i] - want), rel_tol * std::fabs(want) + abs_tol)
+          << what << " element " << i << ": gpu " << gpu[i] << " cpu "
+          << cpu[i];
+    }
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+TEST_F(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
+  const int64_t rows = 37, cols = 200;
+  const std::vector<float> x = Values(rows * cols, 1, 2.0f),
+                           y = Values(rows * cols, 2);
+  std::vector<float> weight = Values(cols, 3);
+  for (Backend* b : {cpu_.get(), gpu_.get()}) ASSERT_NE(b, nullptr);
+  std::vector<std::vector<float>> norm(2), sum(2), silu(2), gathered(2);
+  const std::vector<int32_t> pick = {5, 0, 36, 5};
+  int i = 0;
+  for (Backend* b : {cpu_.get(), gpu_.get()}) {
+    DeviceBuffer dx = Act(*b, x), dy = Act(*b, y), out = Act(*b, x);
+    DeviceBuffer w = Buf(*b, weight), rows_buf = Buf(*b, pick);
+    ASSERT_TRUE(
+        b->RmsNorm(dx.data(), w.as<float>(), rows, cols, 1e-5f, out.data())
+            .ok());
+    norm[i] = Read(*b, out, rows * cols);
+    ASSERT_TRUE(b->SiluMul(dx.data(), rows, cols / 2, out.data()).ok());
+    silu[i] = Read(*b, out, rows * cols / 2);
+    ASSERT_TRUE(
+        b->GatherRows(dx.data(), cols, rows_buf.as<int32_t>(), 4, out.data())
+            .ok());
+    gathered[i] = Read(*b, out, 4 * cols);
+    ASSERT_TRUE(b->Add(dx.data(), dy.data(), rows * cols).ok());
+    sum[i] = Read(*b, dx, rows * cols);
+    ++i;
+  }
+  ExpectNear(norm[1], norm[0], 0x1p-7, 1e-6, "RmsNorm");
+  ExpectNear(silu[1], silu[0], 0x1p-7, 1e-6, "SiluMul");
+  ExpectNear(gathered[1], gathered[0], 0, 0, "GatherRows");
+  ExpectNear(sum[1], sum[0], 0, 0, "Add");  // one rounding of an exact f32 sum
+}
+
+TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
+  const int64_t vocab = 50, hidden = 64, tokens = 9, heads = 3, head_dim = 32;
+  std::vector<Bf16> table(vocab * hidden);
+  const std::vector<float> tv = Values(vocab * hidden, 4);
+  for (size_t j = 0; j < tv.size(); ++j) table[j] = FloatToBf16(tv[j]);
+  const std::vector<int32_t> ids = {0, 49, 7,  60, 7,
+                                    3, 20, 19, 1};  // 60: other shard
+  std::vector<int32_t> positions(tokens);
+  std::iota(positions.begin(), positions.end(), 1000);
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int64_t f = 0; f < head_dim / 2; ++f)
+    inv_freq[f] = std::pow(10000.0f, -2.0f * f / head_dim);
+  const std::vector<float> q = Values(tokens * heads * head_dim, 5);
+  std::vector<std::vector<float>> emb(2), rope(2);
+  int i = 0;
+  for (Backend* b : {cpu_.get(), gpu_.get()}) {
+    DeviceBuffer t = Buf(*b, table), id = Buf(*b, ids),
+                 out = Act(*b, std::vector<float>(tokens * hidden));
+    ASSERT_TRUE(b->Embedding(t.data(), DType::kBf16, vocab, hidden, 0,
+                             id.as<int32_t>(), tokens, out.data())
+                    .ok());
+    emb[i] = Read(*b, out, tokens * hidden);
+    DeviceBuffer dq = Act(*b, q), pos = Buf(*b, positions),
+                 f = Buf(*b, inv_freq);
+    ASSERT_TRUE(b->Rope(dq.data(), tokens, heads, head_dim, heads * head_dim,
+                        pos.as<int32_t>(), f.as<float>())
+                    .ok());
+    rope[i] = Read(*b, dq, tokens * heads * head_dim);
+    ++i;
+  }
+  ExpectNear(emb[1], emb[0], 0, 0, "Embedding");
+  ExpectNear(rope[1], rope[0], 0x1p-7, 2e-3, "Rope");  // device sincosf vs libm
+}
+
+TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
+  // Three sequences in one pass: a 19-token prefill, a decode at position
+  // 40, and a 6-token chunk starting at 10; scrambled blocks of 4; GQA
+  // (4 heads over 2 KV heads); with and without a sliding window.
+  const int64_t heads = 4, kv_heads = 2, head_dim = 64, block = 4, blocks = 40;
+  const std::vector<std::vector<int32_t>> tables = {
+      {7, 2, 9, 0, 13},
+      {1, 3, 5, 8, 10, 11, 12, 14, 15, 16, 17},
+      {20, 4, 6, 21}};
+  struct Seq {
+    int64_t start, count;
+  };
+  const std::vector<Seq> seqs = {{0, 19}, {40, 1}, {10, 6}};
+  std::vector<int32_t> positions, slots, token_seq, flat(3 * 11, 0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    std::copy(tables[s].begin(), tables[s].end(), flat.begin() + s * 11);
+  }
+  // Cache contents: every position of every sequence up to its last token.
+  const int64_t width = kv_heads * head_dim;
+  std::vector<float> k_cache(blocks * block * width),
+      v_cache(blocks * block * width);
+  const std::vector<float> kv = Values(2 * blocks * block * width, 6);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int64_t p = 0; p < seqs[s].start + seqs[s].count; ++p) {
+      const int64_t slot = tables[s][p / block] * block + p % block;
+      for (int64_t c = 0; c < width; ++c) {
+        k_cache[slot * width + c] = kv[slot * width + c];
+        v_cache[slot * width + c] = kv[(blocks * block + slot) * width + c];
+      }
+      if (p >= seqs[s].start) {
+        positions.push_back(static_cast<int32_t>(p));
+        slots.push_back(static_cast<int32_t>(slot));
+        token_seq.push_back(static_cast<int32_t>(s));
+      }
+    }
+  }
+  const int64_t tokens = positions.size();
+  const std::vector<float> q = Values(tokens * heads * head_dim, 7);
+  for (int64_t window : {0, 5}) {
+    std::vector<std::vector<float>> out(2);
+    int i = 0;
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      DeviceBuffer dq = Act(*b, q), dk = Act(*b, k_cache),
+                   dv = Act(*b, v_cache);
+      DeviceBuffer dpos = Buf(*b, positions), dslots = Buf(*b, slots),
+                   dseq = Buf(*b, token_seq), dtab = Buf(*b, flat),
+                   o = Act(*b, std::vector<float>(tokens * heads * head_dim));
+      AttentionMetadata meta{tokens,
+                             dpos.as<int32_t>(),
+                             dslots.as<int32_t>(),
+                             dseq.as<int32_t>(),
+                             dtab.as<int32_t>(),
+                             11,
+                             block,
+                             window};
+      ASSERT_TRUE(b->Attention(dq.data(), heads * head_dim, heads, kv_heads,
+                               head_dim, meta, dk.data(), dv.data(), o.data())
+                      .ok());
+      out[i++] = Read(*b, o, tokens * heads * head_dim);
+    }
+    ExpectNear(out[1], out[0], 0x1p-6, 5e-3,
+               window ? "windowed attention" : "attention");
+  }
+}
+
+}  // namespace
+}  // namespace octet

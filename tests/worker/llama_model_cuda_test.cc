@@ -1,0 +1,136 @@
+// The model on the CUDA backend (bfloat16 activations) against the fp64
+// reference, and batched vs one-at-a-time decoding there. Skips without a
+// supported CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/backend.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/worker/reference_llama.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
+#include "worker/synthetic.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CudaModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    OCTET_REQUIRE_CUDA_DEVICE();
+    auto b = NewCudaBackend(0);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+    const fs::path dir =
+        fs::temp_directory_path() /
+        absl::StrCat("octet_cuda_model_", ::getpid(), "_", GetParam());
+    ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset(GetParam()),
+                                         {.seed = 41}, dir.string())
+                    .ok());
+    auto c = Checkpoint::Open(dir.string());
+    ASSERT_TRUE(c.ok());
+    ckpt_ = *std::move(c);
+  }
+
+  std::vector<float> LastLogits(LlamaModel& m,
+                                const std::vector<int32_t>& prompt) {
+    auto cache = m.NewKvCache({.block_size = 16, .num_blocks = 16});
+    EXPECT_TRUE(cache.ok());
+    std::vector<int32_t> table;
+    EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+    SequenceStep step{prompt, 0, &table};
+    std::vector<float> logits;
+    absl::Status s = m.Forward({&step, 1}, **cache, &logits);
+    EXPECT_TRUE(s.ok()) << s;
+    return logits;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Checkpoint> ckpt_;
+};
+
+double MaxRelError(const std::vector<float>& got,
+                   const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+
+TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinBf16Tolerance) {
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(60);
+  for (auto& t : prompt) t = rng() % ckpt_->config().vocab_size;
+  for (bool fp8 : {false, true}) {
+    ModelOptions o;
+    o.method = fp8 ? LinearMethod::kFp8 : LinearMethod::kNone;
+    auto model = LlamaModel::Load(*ckpt_, *backend_, o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const auto ref = testing::ReferenceForward(*ckpt_, prompt, {.fp8 = fp8});
+    const double err =
+        MaxRelError(LastLogits(**model, prompt), ref.logits.back());
+    // bfloat16 activations round every op's output to 8 bits (2^-9), and
+    // with FP8 they also move the activation codes; these bounds are
+    // provisional until a device run measures them (printed below).
+    EXPECT_LT(err, fp8 ? 0.1 : 0.03);
+    std::printf(
+        "[ measured ] cuda %s %s: max relative logit error vs fp64 %.3e\n",
+        GetParam().c_str(), fp8 ? "fp8 (vs fake quantization)" : "none", err);
+  }
+}
+
+TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
+  auto model = LlamaModel::Load(*ckpt_, *backend_, {});
+  ASSERT_TRUE(model.ok());
+  std::vector<GenerationRequest> requests;
+  for (int64_t len : {3, 29, 50}) {
+    GenerationRequest r;
+    for (int64_t i = 0; i < len; ++i) r.prompt.push_back((i * 13 + len) % 300);
+    r.max_new_tokens = 32;
+    r.sampling.temperature = 0;
+    requests.push_back(r);
+  }
+  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+  ASSERT_TRUE(cache.ok());
+  auto batched = Generate(**model, **cache, requests);
+  GenerationOptions alone;
+  alone.one_at_a_time = true;
+  auto single = Generate(**model, **cache, requests, alone);
+  ASSERT_TRUE(batched.ok() && single.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    size_t same = 0;
+    while (same < (*batched)[i].tokens.size() &&
+           (*batched)[i].tokens[same] == (*single)[i].tokens[same]) {
+      ++same;
+    }
+    // cuBLASLt may pick a different algorithm for another batch size, so
+    // bfloat16 rounding can differ: report where greedy paths part, if they
+    // do, and require the first token to agree.
+    std::printf(
+        "[ measured ] cuda greedy request %zu: batched and alone agree on %zu "
+        "of %zu\n",
+        i, same, (*batched)[i].tokens.size());
+    EXPECT_GE(same, 1u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, CudaModelTest,
+                         ::testing::Values("tiny", "tiny-mistral"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace octet

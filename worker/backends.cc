@@ -1,0 +1,33 @@
+#include "worker/backends.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/backend.h"
+
+#if defined(OCTET_HAVE_CUDA)
+#include "kernels/cuda/backend.h"
+#include "kernels/cuda/device.h"
+#endif
+
+namespace octet {
+
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(
+    absl::string_view device, const CpuKernelOptions& cpu) {
+  if (device == "cpu") return NewCpuBackend(cpu);
+  if (device != "auto" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", device, "' is not auto, cpu or cuda"));
+  }
+#if defined(OCTET_HAVE_CUDA)
+  if (device == "cuda" || CudaDeviceSupported(0)) return NewCudaBackend(0);
+  return NewCpuBackend(cpu);
+#else
+  if (device == "cuda") {
+    return absl::UnavailableError(
+        "this build has no CUDA backend (OCTET_CUDA=OFF)");
+  }
+  return NewCpuBackend(cpu);
+#endif
+}
+
+}  // namespace octet
