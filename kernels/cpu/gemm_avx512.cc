@@ -142,9 +142,11 @@ struct Bf16Tile {
       const __mmask32 mask = Mask32(k - i);
       __m512i w[NB];
       OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+        // Next tile one tile ahead, as in E4m3Tile, but into L2: for this
+        // kernel measured better than into L1.
         _mm_prefetch(
             reinterpret_cast<const char*>(b + (col + NB + r) * ldb + i),
-            _MM_HINT_T1);  // as in E4m3Tile
+            _MM_HINT_T1);
         w[r] = _mm512_maskz_loadu_epi16(mask, b + (col + r) * ldb + i);
       }
       OCTET_UNROLL for (int m = 0; m < MB; ++m) {
