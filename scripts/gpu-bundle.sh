@@ -19,8 +19,8 @@ fi
 out=.gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-# Every gpu-labelled test program, the benchmark and the CLI.
-programs=(bench_gemm octet)
+# Every gpu-labelled test program, the benchmarks and the CLI.
+programs=(bench_gemm bench_decode octet)
 for t in build/bin/*_test; do
   case "$(basename "$t")" in *cuda*) programs+=("$(basename "$t")") ;; esac
 done

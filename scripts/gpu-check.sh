@@ -43,12 +43,15 @@ if [ $rc -ne 0 ]; then echo "gpu-check: bench_gemm FAILED (exit $rc)"; status=1;
 echo "== the model on the GPU: llama-1b preset, decode with fp8 vs none"
 model="$(mktemp -d)/llama-1b"
 if timeout 120 "$here/bin/octet" make-model --preset llama-1b --out "$model" > "$out/octet.log" 2>&1; then
-  for q in none fp8 none fp8; do
-    timeout 120 "$here/bin/octet" generate --model "$model" --device cuda \
-      --prompt "The quick brown fox" --max_tokens 64 --ignore_eos --quantization "$q" \
-      > /dev/null 2>> "$out/octet.log" || { echo "gpu-check: octet generate ($q) FAILED"; status=1; }
+  timeout 120 "$here/bin/octet" generate --model "$model" --device cuda --quantization fp8 \
+    --prompt "The quick brown fox" --max_tokens 32 --ignore_eos >> "$out/octet.log" 2>&1 \
+    || { echo "gpu-check: octet generate FAILED"; status=1; }
+  for batch in 1 16; do
+    timeout 180 "$here/bin/bench_decode" --model "$model" --device cuda --steps 64 \
+      --batch "$batch" >> "$out/octet.log" 2>&1 \
+      || { echo "gpu-check: bench_decode --batch $batch FAILED"; status=1; }
   done
-  grep "^octet:" "$out/octet.log"
+  grep -E "^octet:|^bench_decode:|median|speedup" "$out/octet.log"
   rm -rf "$model"
 else
   echo "gpu-check: octet make-model FAILED"; cat "$out/octet.log"; status=1
