@@ -74,15 +74,21 @@ absl::Status ExportFp8Checkpoint(const std::string& in_dir,
     if (!t.ok()) return t.status();
     const TensorView view = *t;
     if (!e.linear) {
-      sources.push_back(
-          {{e.name, view.dtype, view.shape},
-           [view](SafetensorsWriter& w) { return w.Write(view.bytes); }});
+      sources.push_back({{e.name, view.dtype, view.shape},
+                         [view, &ckpt](SafetensorsWriter& w) {
+                           absl::Status s = w.Write(view.bytes);
+                           (*ckpt)->ReleasePages(view.name);
+                           return s;
+                         }});
       continue;
     }
     float* scale = &scales[i];
     sources.push_back({{e.name, DType::kE4m3, view.shape},
-                       [view, scale, &options](SafetensorsWriter& w) {
-                         return QuantizeInto(view, options.cpu, w, scale);
+                       [view, scale, &options, &ckpt](SafetensorsWriter& w) {
+                         absl::Status s =
+                             QuantizeInto(view, options.cpu, w, scale);
+                         (*ckpt)->ReleasePages(view.name);
+                         return s;
                        }});
     sources.push_back(
         {{e.name + "_scale", DType::kF32, {}}, [scale](SafetensorsWriter& w) {

@@ -210,9 +210,16 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
     } else if (part_scales[i] == scale) {
       std::memcpy(dst, t.bytes.data(), t.bytes.size());
     } else {
-      // Requantize to the fused scale: encode(decode(c) * s_i * inv).
-      for (int64_t j = 0; j < t.num_elements(); ++j) {
-        dst[j] = EncodeE4m3(DecodeE4m3(t.bytes[j]) * part_scales[i] * inv);
+      // Requantize to the fused scale: encode((decode(c) * s_i) * inv),
+      // i.e. the contract's dequantize, then its quantize, in chunks.
+      std::vector<float> chunk(kChunk);
+      for (int64_t j = 0; j < t.num_elements(); j += kChunk) {
+        const int64_t n = std::min(kChunk, t.num_elements() - j);
+        absl::Status st = DequantizeE4m3(t.bytes.data() + j, n, part_scales[i],
+                                         chunk.data(), policy.cpu);
+        if (st.ok())
+          st = QuantizeE4m3(chunk.data(), n, inv, dst + j, policy.cpu);
+        if (!st.ok()) return st;
       }
     }
     row += t.shape[0];

@@ -15,6 +15,7 @@
 #include "kernels/cpu/backend.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
+#include "tests/worker/model_test_util.h"
 #include "worker/checkpoint_writer.h"
 #include "worker/linear_loader.h"
 #include "worker/llama_model.h"
@@ -140,16 +141,11 @@ TEST_F(Fp8ExportTest, LoadsAndGeneratesLikeLoadTimeQuantization) {
   std::vector<float> la, lb;
   ASSERT_TRUE((*a)->Forward({&step, 1}, **cache, &la).ok());
   ASSERT_TRUE((*b)->Forward({&step, 1}, **cache, &lb).ok());
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < la.size(); ++i) {
-    dot += double(la[i]) * lb[i];
-    na += double(la[i]) * la[i];
-    nb += double(lb[i]) * lb[i];
-  }
+
   // The exported parts were quantized with their own scales and, at load,
   // requantized to the largest: a second rounding that load-time
   // quantization of the bf16 weights does not have.
-  const double cosine = dot / std::sqrt(na * nb);
+  const double cosine = testing::Cosine(la.data(), lb.data(), la.size());
   EXPECT_GT(cosine, 0.99);
   std::printf(
       "[ measured ] tiny logits, fp8 checkpoint vs bf16 quantized at load: "

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
+#include "tests/worker/model_test_util.h"
 #include "worker/synthetic.h"
 
 namespace octet {
@@ -120,14 +121,8 @@ TEST_F(GeneratorTest, Fp8BatchingMovesOnlyTheActivationScales) {
   const int64_t vocab = model->config().vocab_size;
   for (size_t i = 0; i < steps.size(); ++i) {
     ASSERT_TRUE(model->Forward({&steps[i], 1}, *cache, &alone).ok());
-    double dot = 0, a2 = 0, b2 = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double a = alone[v], b = batched[i * vocab + v];
-      dot += a * b;
-      a2 += a * a;
-      b2 += b * b;
-    }
-    const double cosine = dot / std::sqrt(a2 * b2);
+    const double cosine =
+        testing::Cosine(alone.data(), batched.data() + i * vocab, vocab);
     EXPECT_GT(cosine, 0.999) << "request " << i;
     std::printf(
         "[ measured ] fp8 prefill logits of request %zu, batched vs alone: "

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/backend.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
@@ -40,32 +41,12 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
     ckpt_ = *std::move(c);
   }
 
-  std::vector<float> LastLogits(LlamaModel& m,
-                                const std::vector<int32_t>& prompt) {
-    auto cache = m.NewKvCache({.block_size = 16, .num_blocks = 16});
-    EXPECT_TRUE(cache.ok());
-    std::vector<int32_t> table;
-    EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
-    SequenceStep step{prompt, 0, &table};
-    std::vector<float> logits;
-    absl::Status s = m.Forward({&step, 1}, **cache, &logits);
-    EXPECT_TRUE(s.ok()) << s;
-    return logits;
-  }
-
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Checkpoint> ckpt_;
 };
 
-double MaxRelError(const std::vector<float>& got,
-                   const std::vector<double>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
-}
+using testing::LastLogits;
+using testing::MaxRelError;
 
 TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinBf16Tolerance) {
   std::mt19937 rng(3);

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
+#include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
 #include "worker/synthetic.h"
 
@@ -46,31 +47,9 @@ std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
-// Logits of every prompt position from the model: a prefill of the whole
-// prompt gives the last; shorter prefixes give the others.
-std::vector<float> LastLogits(LlamaModel& model,
-                              const std::vector<int32_t>& tokens,
-                              ForwardTrace* trace = nullptr) {
-  auto cache = model.NewKvCache({.block_size = 16, .num_blocks = 64});
-  EXPECT_TRUE(cache.ok());
-  std::vector<int32_t> table;
-  EXPECT_TRUE((*cache)->Reserve(tokens.size(), &table).ok());
-  std::vector<float> logits;
-  SequenceStep step{tokens, 0, &table};
-  absl::Status s = model.Forward({&step, 1}, **cache, &logits, trace);
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
-}
-
-double MaxRelError(const std::vector<float>& got,
-                   const std::vector<double>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
-}
+using testing::Cosine;
+using testing::LastLogits;
+using testing::MaxRelError;
 
 struct Case {
   std::string preset;
@@ -213,23 +192,21 @@ TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {
   auto fp8 = LlamaModel::Load(**ckpt, *backend, Fp8());
   ASSERT_TRUE(none.ok() && fp8.ok());
   const int64_t vocab = (*ckpt)->config().vocab_size;
-  double dot = 0, n1 = 0, n2 = 0;
+  std::vector<float> all_none, all_fp8;
   int agree = 0, positions = 0;
   for (int64_t len = 1; len <= c.prompt;
        len += std::max<int64_t>(1, c.prompt / 12)) {
     const std::vector<int32_t> prompt = Prompt(len, vocab, 8);
     const std::vector<float> a = LastLogits(**none, prompt),
                              b = LastLogits(**fp8, prompt);
-    for (int64_t v = 0; v < vocab; ++v) {
-      dot += double(a[v]) * b[v];
-      n1 += double(a[v]) * a[v];
-      n2 += double(b[v]) * b[v];
-    }
+    all_none.insert(all_none.end(), a.begin(), a.end());
+    all_fp8.insert(all_fp8.end(), b.begin(), b.end());
     agree += std::max_element(a.begin(), a.end()) - a.begin() ==
              std::max_element(b.begin(), b.end()) - b.begin();
     ++positions;
   }
-  const double cosine = dot / std::sqrt(n1 * n2);
+  const double cosine =
+      Cosine(all_none.data(), all_fp8.data(), all_none.size());
   EXPECT_GT(cosine, 0.99);
   std::printf(
       "[ measured ] %s fp8 vs none: logit cosine similarity %.5f, greedy token "
