@@ -166,6 +166,12 @@ class Backend {
                                 int64_t rows, const LinearWeight& w,
                                 void* y) = 0;
 
+  // out[r] = the index of the largest of the `cols` binary32 values of row r
+  // (logits; greedy sampling on the device, so only the ids come back):
+  // lowest index on ties, NaN never largest, 0 for a row without a number.
+  virtual absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
+                              int32_t* out) = 0;
+
   // out[i] = x[rows[i]] for `n` row indices (device int32).
   virtual absl::Status GatherRows(const void* x, int64_t cols,
                                   const int32_t* rows, int64_t n,

@@ -9,6 +9,20 @@
 
 namespace octet {
 
+int64_t ArgmaxIndex(const float* logits, int64_t n) {
+  int64_t best = 0;
+  float best_value = -INFINITY;
+  bool found = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (logits[i] > best_value || (!found && logits[i] == best_value)) {
+      best = i;
+      best_value = logits[i];
+      found = true;
+    }
+  }
+  return best;
+}
+
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(std::isfinite(p.temperature) && p.temperature >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,7 +45,7 @@ Sampler::Sampler(const SamplingParams& params)
 int64_t Sampler::Sample(absl::Span<const float> logits) {
   const int64_t n = static_cast<int64_t>(logits.size());
   if (params_.temperature == 0.0f || n == 1) {
-    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+    return ArgmaxIndex(logits.data(), n);
   }
   // Candidates by descending logit (ties: lower id first), cut to top_k.
   std::vector<int64_t> ids(n);

@@ -19,6 +19,11 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// The greedy choice over `n` logits: the first index of the largest value;
+// NaN never largest; 0 when no value is a number (every backend's Argmax
+// follows this rule).
+int64_t ArgmaxIndex(const float* logits, int64_t n);
+
 // InvalidArgument naming the field: temperature < 0 or not finite, top_k < 0,
 // top_p outside (0, 1].
 absl::Status ValidateSamplingParams(const SamplingParams& params);

@@ -45,6 +45,7 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
     if (!status.ok()) break;
   }
   std::vector<float> logits;
+  std::vector<int32_t> greedy_tokens;
   bool first = true;
   while (status.ok()) {
     std::vector<SequenceStep> steps;
@@ -56,7 +57,13 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
     }
     if (steps.empty()) break;
     const auto start = Clock::now();
-    status = model.Forward(steps, cache, &logits);
+    // All greedy: the argmax runs on the device and only ids come back.
+    const bool greedy =
+        std::all_of(active.begin(), active.end(), [&](Running* s) {
+          return requests[s->index].sampling.temperature == 0.0f;
+        });
+    status = greedy ? model.ForwardGreedy(steps, cache, &greedy_tokens)
+                    : model.Forward(steps, cache, &logits);
     if (!status.ok()) break;
     const int64_t vocab = model.config().vocab_size;
     for (size_t j = 0; j < active.size(); ++j) {
@@ -64,8 +71,11 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
       const GenerationRequest& r = requests[s.index];
       GenerationResult& out = results[s.index];
       s.cached += static_cast<int64_t>(s.next.size());
-      const int32_t token = static_cast<int32_t>(s.sampler.Sample(
-          {logits.data() + j * vocab, static_cast<size_t>(vocab)}));
+      const int32_t token =
+          greedy
+              ? greedy_tokens[j]
+              : static_cast<int32_t>(s.sampler.Sample(
+                    {logits.data() + j * vocab, static_cast<size_t>(vocab)}));
       out.tokens.push_back(token);
       if (options.on_token) options.on_token(s.index, token);
       s.next = {token};

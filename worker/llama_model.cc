@@ -189,6 +189,7 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
         Grow(backend_, s.last_hidden, seqs * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.logits, seqs * c.vocab_size * sizeof(float)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.greedy, seqs * sizeof(int32_t)));
     s.seqs = seqs;
   }
   if (table_entries > s.table_entries) {
@@ -234,6 +235,27 @@ absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
 absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
                                  KvCache& cache, std::vector<float>* logits,
                                  ForwardTrace* trace) {
+  OCTET_RETURN_IF_ERROR(Run(steps, cache, trace));
+  logits->resize(steps.size() * config_.vocab_size);
+  return backend_.CopyToHost(logits->data(), scratch_.logits.data(),
+                             logits->size() * sizeof(float));
+}
+
+absl::Status LlamaModel::ForwardGreedy(absl::Span<const SequenceStep> steps,
+                                       KvCache& cache,
+                                       std::vector<int32_t>* tokens) {
+  OCTET_RETURN_IF_ERROR(Run(steps, cache, nullptr));
+  const int64_t n = static_cast<int64_t>(steps.size());
+  OCTET_RETURN_IF_ERROR(backend_.Argmax(scratch_.logits.as<float>(), n,
+                                        config_.vocab_size,
+                                        scratch_.greedy.as<int32_t>()));
+  tokens->resize(n);
+  return backend_.CopyToHost(tokens->data(), scratch_.greedy.data(),
+                             n * sizeof(int32_t));
+}
+
+absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
+                             KvCache& cache, ForwardTrace* trace) {
   const ModelConfig& c = config_;
   const int64_t num_seqs = static_cast<int64_t>(steps.size());
   if (num_seqs == 0) return absl::InvalidArgumentError("Forward: no sequences");
@@ -376,11 +398,8 @@ absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
   OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h,
                                             s.last_rows.as<int32_t>(), num_seqs,
                                             s.last_hidden.data()));
-  OCTET_RETURN_IF_ERROR(backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
-                                      s.logits.data(), DType::kF32));
-  logits->resize(num_seqs * c.vocab_size);
-  return backend_.CopyToHost(logits->data(), s.logits.data(),
-                             logits->size() * sizeof(float));
+  return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
+                       s.logits.data(), DType::kF32);
 }
 
 }  // namespace octet

@@ -75,6 +75,11 @@ class LlamaModel {
                        std::vector<float>* logits,
                        ForwardTrace* trace = nullptr);
 
+  // As Forward, but returns only each step's greedy next token (the argmax
+  // of its logits, computed on the device; lowest id on ties).
+  absl::Status ForwardGreedy(absl::Span<const SequenceStep> steps,
+                             KvCache& cache, std::vector<int32_t>* tokens);
+
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
 
@@ -89,12 +94,16 @@ class LlamaModel {
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     DeviceBuffer ids, positions, slots, token_seq, tables, last_rows;
-    DeviceBuffer last_hidden, logits;
+    DeviceBuffer last_hidden, logits, greedy;
   };
 
   LlamaModel(Backend& backend, const ModelConfig& config,
              const ModelOptions& options)
       : backend_(backend), config_(config), options_(options) {}
+  // The forward pass; leaves the binary32 logits [steps][vocab] in
+  // scratch_.logits on the device.
+  absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
+                   ForwardTrace* trace);
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
   absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
                       void* y, ForwardTrace* trace);

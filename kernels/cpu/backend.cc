@@ -146,6 +146,11 @@ class CpuBackend : public Backend {
                            *w.scale.as<float>(), rows, w.out, w.in, y,
                            DType::kF32, options_);
   }
+  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
+                      int32_t* out) override {
+    cpu::ArgmaxRef(x, rows, cols, out);
+    return absl::OkStatus();
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     cpu::GatherRowsRef(static_cast<const float*>(x), cols, rows, n,

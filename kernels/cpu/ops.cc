@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/sampling.h"
+
 namespace octet::cpu {
 
 void EmbeddingRef(const void* table, DType table_dtype, int64_t rows,
@@ -131,6 +133,12 @@ void AttentionRef(const float* q, int64_t q_stride, int64_t heads,
         for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
       }
     }
+  }
+}
+
+void ArgmaxRef(const float* x, int64_t rows, int64_t cols, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    out[r] = static_cast<int32_t>(ArgmaxIndex(x + r * cols, cols));
   }
 }
 

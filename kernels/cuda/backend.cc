@@ -134,6 +134,10 @@ class CudaBackend : public Backend {
     return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),
                        rows, w.out, w.in, y, DType::kBf16, stream_);
   }
+  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
+                      int32_t* out) override {
+    return cuda::Argmax(x, rows, cols, out, stream_);
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     return cuda::GatherRows(x, cols, rows, n, out, stream_);

@@ -33,6 +33,8 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, const void* k_cache,
                        const void* v_cache, void* out, cudaStream_t stream);
+absl::Status Argmax(const float* x, int64_t rows, int64_t cols, int32_t* out,
+                    cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                         int64_t n, void* out, cudaStream_t stream);
 

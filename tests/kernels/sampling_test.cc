@@ -16,8 +16,19 @@ TEST(Sampler, GreedyTakesTheArgmaxAndTheLowestIdOnTies) {
   EXPECT_EQ(s.Sample(std::vector<float>{-1.0f}), 0);
 }
 
+TEST(ArgmaxIndex, FirstLargestNaNNeverAllNaNGivesZero) {
+  const float nan = NAN, inf = INFINITY;
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{1, 3, 3, 2}.data(), 4), 1);
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{nan, 1, nan, 0}.data(), 4), 1);
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{nan, nan}.data(), 2), 0);
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{-inf, -inf, -inf}.data(), 3), 0);
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{nan, -inf, -inf}.data(), 3), 1);
+  EXPECT_EQ(ArgmaxIndex(std::vector<float>{-1, inf, inf}.data(), 3), 1);
+}
+
 TEST(Sampler, FollowsTheSoftmaxAtTheTemperature) {
-  const std::vector<float> logits = {std::log(0.7f), std::log(0.2f), std::log(0.1f)};
+  const std::vector<float> logits = {std::log(0.7f), std::log(0.2f),
+                                     std::log(0.1f)};
   Sampler s({.temperature = 1.0f, .seed = 11});
   std::vector<int> counts(3);
   const int n = 40000;
@@ -34,8 +45,8 @@ TEST(Sampler, FollowsTheSoftmaxAtTheTemperature) {
 }
 
 TEST(Sampler, TopKAndTopPCutTheTail) {
-  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
-                                     std::log(0.05f)};
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f),
+                                     std::log(0.15f), std::log(0.05f)};
   Sampler k({.temperature = 1.0f, .top_k = 2, .seed = 1});
   Sampler p({.temperature = 1.0f, .top_p = 0.75f, .seed = 2});
   for (int i = 0; i < 5000; ++i) {
@@ -58,7 +69,8 @@ TEST(Sampler, SameSeedSameTokens) {
   Sampler c({.temperature = 0.8f, .top_p = 0.9f, .seed = 43});
   int differ = 0;
   for (int i = 0; i < 200; ++i) {
-    const int64_t x = a.Sample(logits), y = b.Sample(logits), z = c.Sample(logits);
+    const int64_t x = a.Sample(logits), y = b.Sample(logits),
+                  z = c.Sample(logits);
     EXPECT_EQ(x, y);
     differ += x != z;
   }
@@ -72,7 +84,8 @@ TEST(Sampler, ValidatesParameters) {
   EXPECT_FALSE(ValidateSamplingParams({.top_k = -1}).ok());
   EXPECT_FALSE(ValidateSamplingParams({.top_p = 0.0f}).ok());
   EXPECT_FALSE(ValidateSamplingParams({.top_p = 1.5f}).ok());
-  EXPECT_NE(std::string(ValidateSamplingParams({.top_p = 2.0f}).message()).find("top_p"),
+  EXPECT_NE(std::string(ValidateSamplingParams({.top_p = 2.0f}).message())
+                .find("top_p"),
             std::string::npos);
 }
 

@@ -174,6 +174,29 @@ TEST_F(GeneratorTest, SeedsReproduceAndStopTokensStop) {
   EXPECT_EQ((*stopped)[1].finish, FinishReason::kLength);
 }
 
+TEST_F(GeneratorTest, GreedyOnTheDeviceIsTheArgmaxOfTheLogits) {
+  auto model = Model(LinearMethod::kNone);
+  ASSERT_NE(model, nullptr);
+  auto cache = model->NewKvCache({.block_size = 16, .num_blocks = 16});
+  ASSERT_TRUE(cache.ok());
+  const std::vector<GenerationRequest> requests = Requests(0.0f);
+  std::vector<std::vector<int32_t>> tables(requests.size());
+  std::vector<SequenceStep> steps;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE((*cache)->Reserve(requests[i].prompt.size(), &tables[i]).ok());
+    steps.push_back({requests[i].prompt, 0, &tables[i]});
+  }
+  std::vector<float> logits;
+  std::vector<int32_t> greedy;
+  ASSERT_TRUE(model->Forward(steps, **cache, &logits).ok());
+  ASSERT_TRUE(model->ForwardGreedy(steps, **cache, &greedy).ok());
+  const int64_t vocab = model->config().vocab_size;
+  ASSERT_EQ(greedy.size(), steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(greedy[i], ArgmaxIndex(logits.data() + i * vocab, vocab));
+  }
+}
+
 TEST_F(GeneratorTest, RejectsBadRequests) {
   auto model = Model(LinearMethod::kNone);
   ASSERT_NE(model, nullptr);
