@@ -143,6 +143,8 @@ class Backend {
                                  const AttentionMetadata& meta,
                                  const void* k_cache, const void* v_cache,
                                  void* out) = 0;
+  // The largest head_dim Attention takes (models are checked at load).
+  virtual int64_t max_head_dim() const = 0;
 
   // y[rows][w.out] = x[rows][w.in] · Wᵀ for unquantized weights; y in the
   // activation dtype or kF32 (logits).

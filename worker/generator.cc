@@ -99,7 +99,10 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
     }
     first = false;
   }
-  for (Running& s : seqs) cache.Release(&s.table);
+  for (Running& s : seqs) {
+    absl::Status released = cache.Release(&s.table);
+    if (status.ok()) status = released;
+  }
   return status;
 }
 
@@ -131,8 +134,8 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
                          c.vocab_size, ")"));
       }
     }
-    if (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens >
-        c.max_position_embeddings) {
+    if (r.max_new_tokens >
+        c.max_position_embeddings - static_cast<int64_t>(r.prompt.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("request ", i, ": prompt (", r.prompt.size(),
                        " tokens) + max_new_tokens (", r.max_new_tokens,

@@ -17,9 +17,21 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
   }
   std::unique_ptr<KvCache> cache(new KvCache());
   cache->options_ = options;
-  cache->bytes_per_pool_ = static_cast<uint64_t>(options.num_blocks) *
-                           options.block_size * kv_heads * head_dim *
-                           DTypeSize(backend.activation_dtype());
+  const uint64_t dims[] = {static_cast<uint64_t>(options.num_blocks),
+                           static_cast<uint64_t>(options.block_size),
+                           static_cast<uint64_t>(kv_heads),
+                           static_cast<uint64_t>(head_dim),
+                           DTypeSize(backend.activation_dtype())};
+  uint64_t bytes = 1;
+  for (uint64_t d : dims) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV cache: ", options.num_blocks, " blocks of ", options.block_size,
+          " slots x ", kv_heads, " kv heads x ", head_dim,
+          " dims overflow 64-bit sizes"));
+    }
+  }
+  cache->bytes_per_pool_ = bytes;
   for (int64_t l = 0; l < layers; ++l) {
     for (auto* pools : {&cache->k_, &cache->v_}) {
       absl::StatusOr<DeviceBuffer> b = backend.Allocate(cache->bytes_per_pool_);
@@ -27,6 +39,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
       pools->push_back(*std::move(b));
     }
   }
+  cache->in_use_.assign(options.num_blocks, false);
   for (int64_t b = options.num_blocks - 1; b >= 0; --b) {
     cache->free_.push_back(static_cast<int32_t>(b));
   }
@@ -44,15 +57,28 @@ absl::Status KvCache::Reserve(int64_t tokens, std::vector<int32_t>* table) {
   }
   for (int64_t i = 0; i < need; ++i) {
     table->push_back(free_.back());
+    in_use_[free_.back()] = true;
     free_.pop_back();
   }
   return absl::OkStatus();
 }
 
-void KvCache::Release(std::vector<int32_t>* table) {
-  for (auto it = table->rbegin(); it != table->rend(); ++it)
+absl::Status KvCache::Release(std::vector<int32_t>* table) {
+  int64_t bad = 0;
+  for (auto it = table->rbegin(); it != table->rend(); ++it) {
+    if (*it < 0 || *it >= num_blocks() || !in_use_[*it]) {
+      ++bad;
+      continue;
+    }
+    in_use_[*it] = false;
     free_.push_back(*it);
+  }
   table->clear();
+  if (bad > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV cache: released ", bad, " blocks that were not handed out"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace octet

@@ -42,8 +42,11 @@ class KvCache {
   // Appends blocks to `table` until it holds `tokens` tokens;
   // ResourceExhausted (and `table` unchanged) when the pool cannot.
   absl::Status Reserve(int64_t tokens, std::vector<int32_t>* table);
-  // Returns a sequence's blocks to the pool and clears `table`.
-  void Release(std::vector<int32_t>* table);
+  // Returns a sequence's blocks to the pool and clears `table`. Ids that
+  // are not currently handed out (foreign, or released twice) are not
+  // returned, so the pool never holds a block twice; they make the result
+  // FailedPrecondition, which means a caller's bookkeeping is wrong.
+  absl::Status Release(std::vector<int32_t>* table);
 
  private:
   KvCache() = default;
@@ -51,6 +54,7 @@ class KvCache {
   uint64_t bytes_per_pool_ = 0;
   std::vector<DeviceBuffer> k_, v_;
   std::vector<int32_t> free_;  // a stack; lowest ids handed out first
+  std::vector<bool> in_use_;   // by block id
 };
 
 }  // namespace octet

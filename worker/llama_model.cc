@@ -70,6 +70,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   std::unique_ptr<LlamaModel> m(
       new LlamaModel(backend, ckpt.config(), options));
   const ModelConfig& c = m->config_;
+  if (c.head_dim > backend.max_head_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
+        ", the most ", backend.Describe(), " attention supports"));
+  }
   WeightPolicy policy;
   policy.method = options.method;
   policy.bf16_only = backend.kind() != DeviceKind::kCpu;
@@ -272,20 +277,32 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   std::vector<int32_t> tables(num_seqs * max_blocks, 0);
   for (int64_t i = 0; i < num_seqs; ++i) {
     const SequenceStep& s = steps[i];
-    const int64_t end =
-        s.start_position + static_cast<int64_t>(s.tokens.size());
-    if (s.tokens.empty() || s.start_position < 0) {
+    if (s.tokens.empty()) {
       return absl::InvalidArgumentError("Forward: a step has no new tokens");
     }
-    if (end > c.max_position_embeddings) {
+    const int64_t num_new = static_cast<int64_t>(s.tokens.size());
+    // Checked before `end` is formed, so a huge start_position cannot wrap.
+    if (s.start_position < 0 ||
+        s.start_position > c.max_position_embeddings - num_new) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Forward: position ", end - 1, " is beyond max_position_embeddings ",
-          c.max_position_embeddings));
+          "Forward: positions [", s.start_position, ", +", num_new,
+          ") are outside [0, max_position_embeddings ",
+          c.max_position_embeddings, ")"));
     }
-    if (cache.BlocksFor(end) > static_cast<int64_t>(s.block_table->size())) {
+    const int64_t end = s.start_position + num_new;
+    const int64_t needed_blocks = cache.BlocksFor(end);
+    if (needed_blocks > static_cast<int64_t>(s.block_table->size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("Forward: block table of ", s.block_table->size(),
                        " blocks cannot hold ", end, " tokens"));
+    }
+    // Attention reads every block up to `end`, not only the new tokens' ones.
+    for (int64_t b = 0; b < needed_blocks; ++b) {
+      const int32_t block = (*s.block_table)[b];
+      if (block < 0 || block >= cache.num_blocks()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Forward: block ", block, " is not in the cache"));
+      }
     }
     std::copy(s.block_table->begin(), s.block_table->end(),
               tables.begin() + i * max_blocks);
@@ -297,10 +314,6 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
       }
       const int64_t pos = s.start_position + static_cast<int64_t>(j);
       const int32_t block = (*s.block_table)[pos / cache.block_size()];
-      if (block < 0 || block >= cache.num_blocks()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Forward: block ", block, " is not in the cache"));
-      }
       ids.push_back(id);
       positions.push_back(static_cast<int32_t>(pos));
       slots.push_back(static_cast<int32_t>(block * cache.block_size() +

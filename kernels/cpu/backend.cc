@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +24,10 @@ class CpuBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   DType activation_dtype() const override { return DType::kF32; }
+  // Attention works on rows of any length.
+  int64_t max_head_dim() const override {
+    return std::numeric_limits<int64_t>::max();
+  }
   std::string Describe() const override {
     return absl::StrCat("cpu (", CpuIsaName(ResolveCpuIsa(options_.isa)), ", ",
                         threads_, " threads)");

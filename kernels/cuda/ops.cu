@@ -294,9 +294,10 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
   if (kv_heads <= 0 || heads % kv_heads != 0) {
     return absl::InvalidArgumentError("Attention: kv_heads must divide heads");
   }
-  if (head_dim > 32 * kMaxDimsPerLane) {
+  static_assert(kAttentionMaxHeadDim == 32 * kMaxDimsPerLane);
+  if (head_dim > kAttentionMaxHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: head_dim ", head_dim, " above ", 32 * kMaxDimsPerLane));
+        "Attention: head_dim ", head_dim, " above ", kAttentionMaxHeadDim));
   }
   const int64_t warps = meta.num_tokens * heads;
   if (warps == 0) return absl::OkStatus();

@@ -29,6 +29,8 @@ absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
                      int64_t kv_heads, int64_t head_dim,
                      const AttentionMetadata& meta, void* k_cache,
                      void* v_cache, cudaStream_t stream);
+// Attention keeps a query row in registers: 8 dims per lane of a warp.
+inline constexpr int64_t kAttentionMaxHeadDim = 256;
 absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, const void* k_cache,

@@ -56,7 +56,9 @@ class GeneratorTest : public ::testing::Test {
     for (size_t i = 0; i < tables.size(); ++i) {
       EXPECT_TRUE((*cache)->Reserve(4 * (i + 1), &tables[i]).ok());
     }
-    for (size_t i = 0; i < tables.size(); i += 2) (*cache)->Release(&tables[i]);
+    for (size_t i = 0; i < tables.size(); i += 2) {
+      EXPECT_TRUE((*cache)->Release(&tables[i]).ok());
+    }
     kept_.insert(kept_.end(), tables.begin(), tables.end());
     return *std::move(cache);
   }
@@ -129,7 +131,7 @@ TEST_F(GeneratorTest, Fp8BatchingMovesOnlyTheActivationScales) {
         "cosine %.6f\n",
         i, cosine);
   }
-  for (auto& t : tables) cache->Release(&t);
+  for (auto& t : tables) EXPECT_TRUE(cache->Release(&t).ok());
 
   auto plain = model->NewKvCache({.block_size = 64, .num_blocks = 8});
   ASSERT_TRUE(plain.ok());

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -264,10 +265,31 @@ TEST(LlamaModel, RejectsBadSteps) {
   SequenceStep too_long{{1, 2, 3, 4, 5}, 0, &table};
   EXPECT_EQ((*model)->Forward({&too_long, 1}, **cache, &logits).code(),
             absl::StatusCode::kInvalidArgument);
+  // A start position near INT64_MAX must not wrap past the range checks.
+  SequenceStep wrapping{{1}, std::numeric_limits<int64_t>::max(), &table};
+  EXPECT_EQ((*model)->Forward({&wrapping, 1}, **cache, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Earlier blocks are read by attention, so they are checked too.
+  std::vector<int32_t> foreign_prefix = {999, table[0]};
+  SequenceStep decode{{1}, 4, &foreign_prefix};
+  EXPECT_EQ((*model)->Forward({&decode, 1}, **cache, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
   std::vector<int32_t> big;
   EXPECT_EQ((*cache)->Reserve(1000, &big).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(big.empty());
+
+  // Releasing blocks twice, or ids never handed out, must not put them in
+  // the free list twice.
+  std::vector<int32_t> copy = table;
+  const int64_t free_before = (*cache)->free_blocks();
+  EXPECT_TRUE((*cache)->Release(&table).ok());
+  EXPECT_EQ((*cache)->free_blocks(), free_before + 1);
+  copy.push_back(-1);
+  EXPECT_EQ((*cache)->Release(&copy).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*cache)->free_blocks(), free_before + 1);
+  EXPECT_TRUE(copy.empty());
 }
 
 }  // namespace
