@@ -47,21 +47,29 @@ int64_t Sampler::Sample(absl::Span<const float> logits) {
   if (params_.temperature == 0.0f || n == 1) {
     return ArgmaxIndex(logits.data(), n);
   }
+  // NaN counts as -inf (never likely), which also keeps the order below a
+  // strict weak ordering.
+  auto key = [&](int64_t i) {
+    return std::isnan(logits[i]) ? -INFINITY : logits[i];
+  };
   // Candidates by descending logit (ties: lower id first), cut to top_k.
   std::vector<int64_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0);
   auto more_likely = [&](int64_t a, int64_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    return key(a) != key(b) ? key(a) > key(b) : a < b;
   };
   int64_t keep = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
   std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), more_likely);
   ids.resize(keep);
+  // An infinite top logit takes all the mass, and no number at all leaves
+  // none: both are the greedy rule's cases.
+  const double top = key(ids[0]);
+  if (!std::isfinite(top)) return ArgmaxIndex(logits.data(), n);
   // Softmax at the temperature, in double.
   std::vector<double> p(keep);
-  const double top = logits[ids[0]];
   double z = 0;
   for (int64_t i = 0; i < keep; ++i) {
-    p[i] = std::exp((logits[ids[i]] - top) / params_.temperature);
+    p[i] = std::exp((key(ids[i]) - top) / params_.temperature);
     z += p[i];
   }
   // Nucleus: the shortest prefix whose mass reaches top_p.

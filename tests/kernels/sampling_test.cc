@@ -77,6 +77,22 @@ TEST(Sampler, SameSeedSameTokens) {
   EXPECT_GT(differ, 100);
 }
 
+TEST(Sampler, NonFiniteLogitsFollowTheGreedyRule) {
+  const float nan = std::nanf("");
+  Sampler s({.temperature = 1.0f, .seed = 7});
+  for (int i = 0; i < 50; ++i) {
+    // NaN is never drawn; the rest share the mass.
+    const int64_t t = s.Sample(std::vector<float>{nan, 0.0f, nan, 0.0f});
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+    // An infinite logit takes all the mass (the first one on ties).
+    EXPECT_EQ(s.Sample(std::vector<float>{1.0f, INFINITY, nan, INFINITY}), 1);
+    // Only -inf is left: the first -inf; no number at all: index 0 (both
+    // as ArgmaxIndex).
+    EXPECT_EQ(s.Sample(std::vector<float>{nan, nan, -INFINITY}), 2);
+    EXPECT_EQ(s.Sample(std::vector<float>{nan, nan, nan}), 0);
+  }
+}
+
 TEST(Sampler, ValidatesParameters) {
   EXPECT_TRUE(ValidateSamplingParams({}).ok());
   EXPECT_FALSE(ValidateSamplingParams({.temperature = -1.0f}).ok());
