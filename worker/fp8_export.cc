@@ -1,6 +1,7 @@
 #include "worker/fp8_export.h"
 
 #include <filesystem>
+#include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -48,11 +49,9 @@ absl::Status QuantizeInto(const TensorView& t, const CpuKernelOptions& o,
   return w.Write({codes.data(), codes.size()});
 }
 
-}  // namespace
-
-absl::Status ExportFp8Checkpoint(const std::string& in_dir,
-                                 const std::string& out_dir,
-                                 const Fp8ExportOptions& options) {
+// ExportFp8Checkpoint's work; it may throw std::bad_alloc.
+absl::Status Export(const std::string& in_dir, const std::string& out_dir,
+                    const Fp8ExportOptions& options) {
   absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(in_dir);
   if (!ckpt.ok()) return ckpt.status();
   const ModelConfig& in_config = (*ckpt)->config();
@@ -116,6 +115,19 @@ absl::Status ExportFp8Checkpoint(const std::string& in_dir,
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ExportFp8Checkpoint(const std::string& in_dir,
+                                 const std::string& out_dir,
+                                 const Fp8ExportOptions& options) {
+  try {
+    return Export(in_dir, out_dir, options);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory exporting ", in_dir));
+  }
 }
 
 }  // namespace octet

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -136,10 +137,12 @@ std::vector<float> ToFloat(const TensorView& t) {
   return out;
 }
 
-absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
-                                        const std::vector<std::string>& parts,
-                                        const WeightPolicy& policy,
-                                        Backend& backend) {
+namespace {
+
+// LoadLinear's work; it may throw std::bad_alloc.
+absl::StatusOr<LinearWeight> LoadLinearStaged(
+    const Checkpoint& ckpt, const std::vector<std::string>& parts,
+    const WeightPolicy& policy, Backend& backend) {
   std::vector<TensorView> views;
   LinearWeight w;
   for (const std::string& name : parts) {
@@ -235,8 +238,12 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
 
   const ModelConfig& config = ckpt.config();
   if (config.fp8 && config.fp8->static_activations && any_fp8) {
+    // The fused parts share one input; parts stored as floats carry no
+    // input_scale (Checkpoint::Validate requires it of e4m3 parts only).
     float input_scale = 0.0f;
-    for (const std::string& name : parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (views[i].dtype != DType::kE4m3) continue;
+      const std::string& name = parts[i];
       const std::string stem = name.substr(0, name.size() - 7);  // ".weight"
       absl::StatusOr<float> v = ckpt.GetScalar(stem + ".input_scale");
       if (!v.ok()) return v.status();
@@ -247,6 +254,22 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
     w.input_scale = *std::move(is);
   }
   return w;
+}
+
+}  // namespace
+
+absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
+                                        const std::vector<std::string>& parts,
+                                        const WeightPolicy& policy,
+                                        Backend& backend) {
+  // The host staging buffers are as large as the weight; a checkpoint whose
+  // (validated) shapes exceed this machine's memory fails here, not abort.
+  try {
+    return LoadLinearStaged(ckpt, parts, policy, backend);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory staging '", parts.front(), "'"));
+  }
 }
 
 absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
