@@ -4,14 +4,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "worker/file_util.h"
 
 namespace octet {
 namespace {
@@ -27,11 +26,14 @@ absl::StatusOr<std::vector<std::string>> ShardFiles(
     const std::string& dir,
     std::vector<std::pair<std::string, std::string>>* weight_map) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index)) {
-    std::ifstream in(index);
-    std::stringstream text;
-    text << in.rdbuf();
-    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  absl::StatusOr<bool> indexed = PathExists(index.string());
+  if (!indexed.ok()) return indexed.status();
+  if (*indexed) {
+    // An index lists every tensor once: a few MB even for the largest models.
+    absl::StatusOr<std::string> text =
+        ReadSmallFile(index.string(), size_t{64} << 20);
+    if (!text.ok()) return text.status();
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -54,9 +56,10 @@ absl::StatusOr<std::vector<std::string>> ShardFiles(
     }
     return std::vector<std::string>(files.begin(), files.end());
   }
-  if (fs::exists(fs::path(dir) / "model.safetensors")) {
-    return std::vector<std::string>{"model.safetensors"};
-  }
+  absl::StatusOr<bool> single =
+      PathExists((fs::path(dir) / "model.safetensors").string());
+  if (!single.ok()) return single.status();
+  if (*single) return std::vector<std::string>{"model.safetensors"};
   return absl::NotFoundError(absl::StrCat(
       dir, ": no model.safetensors or model.safetensors.index.json"));
 }

@@ -1,12 +1,11 @@
 #include "worker/model_config.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "worker/file_util.h"
 
 namespace octet {
 namespace {
@@ -35,7 +34,7 @@ class Reader {
   }
   absl::StatusOr<int64_t> PositiveInt(const char* field, const Json& v) const {
     if (!v.is_number_integer() || v.get<int64_t>() <= 0 ||
-        v.get<int64_t>() > (int64_t{1} << 31)) {
+        v.get<int64_t>() >= (int64_t{1} << 31)) {
       return Error(field, "must be a positive integer (below 2^31)");
     }
     return v.get<int64_t>();
@@ -194,10 +193,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
     }
   }
 
-  if (const Json* sw = r.Find("sliding_window")) {
-    int64_t w = 0;
-    OCTET_ASSIGN_OR_RETURN_CONFIG(w, r.PositiveInt("sliding_window", *sw));
-    if (w < c.max_position_embeddings) c.sliding_window = w;
+  // As transformers: only Mistral has a window (LlamaConfig has no such
+  // field), 4096 when the key is absent, none when it is null.
+  if (c.architecture == "MistralForCausalLM") {
+    int64_t w = 4096;
+    if (!root.contains("sliding_window")) {
+      // the default
+    } else if (const Json* sw = r.Find("sliding_window")) {
+      OCTET_ASSIGN_OR_RETURN_CONFIG(w, r.PositiveInt("sliding_window", *sw));
+    } else {
+      w = 0;  // null
+    }
+    if (w > 0 && w < c.max_position_embeddings) c.sliding_window = w;
   }
 
   if (const Json* v = r.Find("bos_token_id")) {
@@ -257,14 +264,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // real ones: ~1 KB
   const std::string path = absl::StrCat(model_dir, "/config.json");
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxConfigBytes);
+  if (!text.ok()) return text.status();
+  return ParseModelConfig(*text, path);
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {

@@ -12,6 +12,7 @@
 // status 2; a failure while working prints the error and exits with 1.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,9 @@ int Generate() {
     }
     request.prompt.push_back(v);
   }
+  if (!prompt_ids.empty() && request.prompt.empty()) {
+    return UsageError("--prompt_ids: lists no token ids");
+  }
 
   const auto load_start = Clock::now();
   absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
@@ -199,6 +203,14 @@ int Generate() {
     for (int64_t id : tokenizer->Encode(prompt, /*add_bos=*/true)) {
       request.prompt.push_back(static_cast<int32_t>(id));
     }
+  }
+  // Checked before the (long) load; Generate checks it again.
+  const int64_t context = (*ckpt)->config().max_position_embeddings;
+  if (request.max_new_tokens >
+      context - static_cast<int64_t>(request.prompt.size())) {
+    return Failed(absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", request.prompt.size(), " tokens) + --max_tokens (",
+        request.max_new_tokens, ") exceed the model's context of ", context)));
   }
   if (!absl::GetFlag(FLAGS_ignore_eos))
     request.stop_ids = (*ckpt)->config().eos_token_ids;
@@ -227,24 +239,24 @@ int Generate() {
                backend->Describe().c_str(), quantization.c_str(),
                (*model)->WeightBytes() / double(1 << 30), load_seconds);
 
-  // Print text as it arrives: decode everything so far, print what is new.
-  std::vector<int64_t> generated;
-  size_t printed = 0;
+  // Print text as it arrives, whole characters at a time.
+  std::optional<TextStream> text;
+  if (tokenizer != nullptr) text.emplace(*tokenizer);
+  int64_t generated = 0;
   GenerationOptions gen;
   gen.on_token = [&](size_t, int32_t token) {
-    generated.push_back(token);
-    if (tokenizer == nullptr) {
-      std::printf("%s%d", generated.size() > 1 ? " " : "", token);
+    if (text) {
+      std::fputs(text->Add(token).c_str(), stdout);
     } else {
-      const std::string text = tokenizer->Decode(generated);
-      if (text.size() > printed) std::fputs(text.c_str() + printed, stdout);
-      printed = text.size();
+      std::printf("%s%d", generated > 0 ? " " : "", token);
     }
+    ++generated;
     std::fflush(stdout);
   };
   GenerationStats stats;
   absl::StatusOr<std::vector<GenerationResult>> result =
       octet::Generate(**model, **cache, {request}, gen, &stats);
+  if (text) std::fputs(text->Finish().c_str(), stdout);
   std::printf("\n");
   if (!result.ok()) return Failed(result.status());
   std::fprintf(

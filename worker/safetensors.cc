@@ -209,7 +209,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of the file must not block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -220,6 +221,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     ::close(fd);
     return absl::InternalError(
         absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file"));
   }
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;

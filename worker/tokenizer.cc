@@ -1,11 +1,11 @@
 #include "worker/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/file_util.h"
 #include "worker/sentencepiece_bridge.h"
 
 namespace octet {
@@ -18,11 +18,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
     const std::string& dir) {
   const std::string path =
       (std::filesystem::path(dir) / "tokenizer.model").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no tokenizer"));
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return FromSerialized(bytes.str(), path);
+  // SentencePiece models are a few MB at most.
+  absl::StatusOr<std::string> bytes = ReadSmallFile(path, size_t{64} << 20);
+  if (!bytes.ok()) return bytes.status();
+  return FromSerialized(*bytes, path);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
@@ -66,6 +65,27 @@ std::string Tokenizer::Decode(absl::Span<const int64_t> ids) const {
   }
   flush();
   return text;
+}
+
+std::string TextStream::Add(int64_t id) {
+  ids_.push_back(id);
+  return Pending(/*final=*/false);
+}
+
+std::string TextStream::Finish() { return Pending(/*final=*/true); }
+
+std::string TextStream::Pending(bool final) {
+  const absl::Span<const int64_t> ids(ids_);
+  const std::string emitted =
+      tokenizer_.Decode(ids.subspan(prefix_, read_ - prefix_));
+  const std::string all = tokenizer_.Decode(ids.subspan(prefix_));
+  if (all.size() <= emitted.size() || !absl::StartsWith(all, emitted)) {
+    return "";
+  }
+  if (!final && absl::EndsWith(all, "\xEF\xBF\xBD")) return "";
+  prefix_ = read_;
+  read_ = ids_.size();
+  return all.substr(emitted.size());
 }
 
 int64_t Tokenizer::vocab_size() const { return processor_->PieceSize(); }

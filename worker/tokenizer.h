@@ -45,4 +45,27 @@ class Tokenizer {
   std::unique_ptr<sp_bridge::Processor> processor_;
 };
 
+// Turns a stream of generated ids into text pieces to send as they arrive.
+// Decoding ids one at a time would split multi-byte characters (byte-fallback
+// pieces decode to U+FFFD until the character is complete) and lose the
+// leading spaces SentencePiece strips at the start of a decode, so each step
+// decodes a short window of recent ids with and without the new ones and
+// emits the difference once it no longer ends in U+FFFD. Costs O(window) per
+// id, not O(sequence). One per sequence; not thread-safe.
+class TextStream {
+ public:
+  explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // The text `id` completes; empty while a character is still incomplete.
+  std::string Add(int64_t id);
+  // Whatever is still held back (an incomplete character becomes U+FFFD).
+  std::string Finish();
+
+ private:
+  std::string Pending(bool final);
+  const Tokenizer& tokenizer_;
+  std::vector<int64_t> ids_;
+  size_t prefix_ = 0;  // ids_[prefix_, read_) were emitted; context only
+  size_t read_ = 0;    // ids_[read_, end) are not emitted yet
+};
+
 }  // namespace octet

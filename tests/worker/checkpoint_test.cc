@@ -4,6 +4,7 @@
 #include "worker/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
@@ -160,6 +161,63 @@ TEST(Checkpoint, RejectsCheckpointsThatDisagreeWithTheirConfig) {
   ExpectOpenFails(dir, "no model.safetensors or model.safetensors.index.json");
   fs::remove_all(dir);
   ExpectOpenFails(dir, "config.json: cannot read");
+}
+
+// Files of the wrong kind fail with an error naming them; a FIFO would make
+// a plain open() wait forever for a writer.
+TEST(Checkpoint, RejectsFifosAndDirectoriesInPlaceOfFiles) {
+  const std::string dir = MakeTiny("kinds");
+  const fs::path config = fs::path(dir) / "config.json";
+  const std::string good = ReadFile(config);
+  fs::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  ExpectOpenFails(dir, "config.json: not a regular file");
+  fs::remove(config);
+  std::ofstream(config) << good;
+
+  const fs::path weights = fs::path(dir) / "model.safetensors";
+  fs::rename(weights, fs::path(dir) / "saved");
+  ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+  ExpectOpenFails(dir, "model.safetensors: not a regular file");
+  fs::remove(weights);
+  fs::create_directory(weights);
+  ExpectOpenFails(dir, "model.safetensors: not a regular file");
+  fs::remove(weights);
+  fs::rename(fs::path(dir) / "saved", weights);
+
+  const fs::path tok = fs::path(dir) / "tokenizer.model";
+  fs::remove(tok);
+  ASSERT_EQ(::mkfifo(tok.c_str(), 0600), 0);
+  EXPECT_EQ(Tokenizer::Load(dir).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  fs::remove(tok);
+  EXPECT_EQ(Tokenizer::Load(dir).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Checkpoint::Open(dir).ok());
+  fs::remove_all(dir);
+}
+
+TEST(TextStream, StreamsWholeCharactersAndKeepsSpaces) {
+  const std::string dir = MakeTiny("stream");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Multi-byte characters the tokenizer never saw arrive as byte pieces,
+  // one byte per id; spaces ride on the word pieces after them.
+  const std::string text = "The cat 日本語 sat ☃ on Zürich mats";
+  std::vector<int64_t> ids = (*t)->Encode(text, /*add_bos=*/true);
+  ids.push_back(100000);  // an id beyond the tokenizer: U+FFFD
+  ids.push_back((*t)->eos_id());
+  TextStream stream(**t);
+  std::string streamed;
+  for (int64_t id : ids) {
+    const std::string piece = stream.Add(id);
+    // Every piece is whole UTF-8: no replacement character from a split
+    // multi-byte character.
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
+    streamed += piece;
+  }
+  streamed += stream.Finish();
+  EXPECT_EQ(streamed, text + "\xEF\xBF\xBD");
+  fs::remove_all(dir);
 }
 
 TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {

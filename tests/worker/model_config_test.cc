@@ -90,6 +90,14 @@ TEST(ModelConfig, ParsesMistralAndDefaults) {
   EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
   j["sliding_window"] = 32768;  // a window as long as the context is none
   EXPECT_FALSE(Parse(j)->sliding_window.has_value());
+  j["sliding_window"] = nullptr;  // Mistral v0.2+: no window
+  EXPECT_FALSE(Parse(j)->sliding_window.has_value());
+  j.erase("sliding_window");  // transformers' MistralConfig default
+  EXPECT_EQ(Parse(j)->sliding_window, 4096);
+  // LlamaConfig has no window; the key is ignored, as transformers does.
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["sliding_window"] = 1024;
+  EXPECT_FALSE(Parse(j)->sliding_window.has_value());
 }
 
 TEST(ModelConfig, ParsesFp8QuantizationConfig) {

@@ -1,0 +1,24 @@
+// Reading the small files of a model directory (config.json, the shard
+// index, tokenizer.model) without the ways a plain ifstream goes wrong on
+// outside input: a FIFO or device in place of the file blocks forever, a
+// directory reads as empty, and a huge file is read whole into memory.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace octet {
+
+// The bytes of `path`. NotFound when it does not exist; InvalidArgument when
+// it is not a regular file or is larger than `max_bytes`; the error names the
+// path and the reason.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          size_t max_bytes);
+
+// Whether `path` exists, without throwing: an error (EACCES, ELOOP, ...)
+// other than "no such file" is returned as a status naming the path.
+absl::StatusOr<bool> PathExists(const std::string& path);
+
+}  // namespace octet
