@@ -14,33 +14,45 @@
 
 namespace octet {
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          size_t max_bytes) {
+absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    const std::string why = std::strerror(errno);
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", why));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read: ", why));
+    const int err = errno;
+    const std::string message =
+        absl::StrCat(path, ": cannot read: ", std::strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(message);
+    return absl::InvalidArgumentError(message);
   }
   struct stat st;
   absl::Status status;
-  std::string bytes;
   if (::fstat(fd, &st) != 0) {
-    status = absl::InvalidArgumentError(
+    status = absl::InternalError(
         absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
   } else if (!S_ISREG(st.st_mode)) {
     status = absl::InvalidArgumentError(
         absl::StrCat(path, ": not a regular file"));
-  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+  }
+  if (!status.ok()) {
+    ::close(fd);
+    return status;
+  }
+  return RegularFile{fd, static_cast<size_t>(st.st_size)};
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          size_t max_bytes) {
+  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
+  if (!file.ok()) return file.status();
+  const int fd = file->fd;
+  absl::Status status;
+  std::string bytes;
+  if (file->size > max_bytes) {
     status = absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", st.st_size, " bytes, more than the ", max_bytes,
+        path, ": ", file->size, " bytes, more than the ", max_bytes,
         " allowed for this file"));
   } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
+    bytes.resize(file->size);
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);

@@ -11,9 +11,18 @@
 
 namespace octet {
 
-// The bytes of `path`. NotFound when it does not exist; InvalidArgument when
-// it is not a regular file or is larger than `max_bytes`; the error names the
-// path and the reason.
+// A read-only descriptor of the regular file at `path` (the caller closes
+// it) and the file's size. NotFound when it does not exist; InvalidArgument
+// when it cannot be opened or is not a regular file (a FIFO does not block
+// the open); the error names the path and the reason.
+struct RegularFile {
+  int fd = -1;
+  size_t size = 0;
+};
+absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
+
+// The bytes of `path`: OpenRegularFile's errors, and InvalidArgument when it
+// is larger than `max_bytes`.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           size_t max_bytes);
 
