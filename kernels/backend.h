@@ -80,6 +80,15 @@ struct AttentionMetadata {
   int64_t sliding_window = 0;  // 0: attend to the whole context
 };
 
+// Consecutive rows of an activation matrix that form one tensor for FP8
+// activation scales: the sequences of a forward pass.
+struct RowGroups {
+  int64_t count = 1;
+  // device [rows]: the group of each row, nondecreasing from 0 to count - 1,
+  // every group non-empty; null when count == 1.
+  const int32_t* row_group = nullptr;
+};
+
 enum class DeviceKind { kCpu, kCuda };
 
 class Backend {
@@ -153,20 +162,25 @@ class Backend {
 
   // FP8 linear layers, in the steps tensor parallelism needs (DESIGN.md):
   //   AbsMax -> [all-reduce MAX across ranks] -> Quantize -> GemmE4m3.
-  // *absmax (device float) = fmaxf-fold of |x|.
-  virtual absl::Status AbsMax(const void* x, int64_t count, float* absmax) = 0;
-  // q = encode(x * inv) with the contract's scale from *absmax; *scale
-  // (device float) receives that scale.
-  virtual absl::Status Quantize(const void* x, int64_t count,
-                                const float* absmax, uint8_t* q,
-                                float* scale) = 0;
+  // The activation scale is dynamic and per tensor, where the tensor is one
+  // sequence's rows of x in this forward call (`groups`): a sequence is
+  // quantized the same way whatever it is batched with.
+  // absmax[g] (device floats) = fmaxf-fold of |x| over the rows of group g.
+  virtual absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
+                              const RowGroups& groups, float* absmax) = 0;
+  // Rows of group g: q = encode(x * inv) with the contract's scale from
+  // absmax[g]; scale[g] (device float) receives that scale.
+  virtual absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
+                                const RowGroups& groups, const float* absmax,
+                                uint8_t* q, float* scale) = 0;
   // q = encode(x * (1 / *scale)) for a static activation scale.
   virtual absl::Status QuantizeStatic(const void* x, int64_t count,
                                       const float* scale, uint8_t* q) = 0;
-  // y = (q · Wᵀ) · (*q_scale · w.scale), in the activation dtype.
+  // Row r of y = (q_r · Wᵀ) · (q_scale[g] · w.scale) for r's group g, in the
+  // activation dtype (a static scale: one group).
   virtual absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
-                                int64_t rows, const LinearWeight& w,
-                                void* y) = 0;
+                                const RowGroups& groups, int64_t rows,
+                                const LinearWeight& w, void* y) = 0;
 
   // out[r] = the index of the largest of the `cols` binary32 values of row r
   // (logits; greedy sampling on the device, so only the ids come back):

@@ -181,8 +181,6 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.act, tokens * c.intermediate_size * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.codes, tokens * widest_in));
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, sizeof(float)));
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, sizeof(float)));
     for (DeviceBuffer* b : {&s.ids, &s.positions, &s.slots, &s.token_seq}) {
       OCTET_RETURN_IF_ERROR(Grow(backend_, *b, tokens * sizeof(int32_t)));
     }
@@ -195,6 +193,8 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.logits, seqs * c.vocab_size * sizeof(float)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.greedy, seqs * sizeof(int32_t)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, seqs * sizeof(float)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
     s.seqs = seqs;
   }
   if (table_entries > s.table_entries) {
@@ -206,35 +206,39 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
 }
 
 absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
-                                int64_t rows, void* y, ForwardTrace* trace) {
+                                int64_t rows, const RowGroups& seqs, void* y,
+                                ForwardTrace* trace) {
   if (w.dtype != DType::kE4m3) {
     return backend_.Gemm(x, rows, w, y, backend_.activation_dtype());
   }
   const int64_t count = rows * w.in;
   uint8_t* codes = scratch_.codes.as<uint8_t>();
   const float* scale;
+  RowGroups groups = seqs;
   if (w.input_scale.data() != nullptr) {
     scale = w.input_scale.as<float>();
+    groups = RowGroups{};  // one static scale for every row
     OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, scale, codes));
   } else {
-    // A single rank's input is whole: its absmax is the global one. Tensor
-    // parallelism all-reduces it here for row-parallel layers.
-    OCTET_RETURN_IF_ERROR(
-        backend_.AbsMax(x, count, scratch_.absmax.as<float>()));
-    OCTET_RETURN_IF_ERROR(backend_.Quantize(x, count,
-                                            scratch_.absmax.as<float>(), codes,
-                                            scratch_.act_scale.as<float>()));
+    // One dynamic scale per sequence (DESIGN.md), so batching does not
+    // change a sequence's codes. A single rank's input is whole: its absmax
+    // is the global one. Tensor parallelism all-reduces it here for
+    // row-parallel layers.
+    float* absmax = scratch_.absmax.as<float>();
+    OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, groups, absmax));
+    OCTET_RETURN_IF_ERROR(backend_.Quantize(
+        x, rows, w.in, groups, absmax, codes, scratch_.act_scale.as<float>()));
     scale = scratch_.act_scale.as<float>();
   }
   if (trace != nullptr && trace->record_codes) {
     trace->codes.emplace_back(count);
-    trace->scales.emplace_back();
     OCTET_RETURN_IF_ERROR(
         backend_.CopyToHost(trace->codes.back().data(), codes, count));
-    OCTET_RETURN_IF_ERROR(
-        backend_.CopyToHost(&trace->scales.back(), scale, sizeof(float)));
+    trace->scales.emplace_back(groups.count);
+    OCTET_RETURN_IF_ERROR(backend_.CopyToHost(
+        trace->scales.back().data(), scale, groups.count * sizeof(float)));
   }
-  return backend_.GemmE4m3(codes, scale, rows, w, y);
+  return backend_.GemmE4m3(codes, scale, groups, rows, w, y);
 }
 
 absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
@@ -284,10 +288,10 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     // Checked before `end` is formed, so a huge start_position cannot wrap.
     if (s.start_position < 0 ||
         s.start_position > c.max_position_embeddings - num_new) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Forward: positions [", s.start_position, ", +", num_new,
-          ") are outside [0, max_position_embeddings ",
-          c.max_position_embeddings, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: positions [", s.start_position, ", +", num_new,
+                       ") are outside [0, max_position_embeddings ",
+                       c.max_position_embeddings, ")"));
     }
     const int64_t end = s.start_position + num_new;
     const int64_t needed_blocks = cache.BlocksFor(end);
@@ -351,6 +355,7 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   const int64_t q_width = c.num_heads * hd, kv_width = c.num_kv_heads * hd;
   const int64_t qkv_width = q_width + 2 * kv_width;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const RowGroups seqs{num_seqs, meta.token_seq};
 
   OCTET_RETURN_IF_ERROR(backend_.Embedding(
       embedding_.data.data(), embedding_.dtype, embedding_.out, h, 0,
@@ -365,7 +370,7 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
     OCTET_RETURN_IF_ERROR(
-        Linear(layer.qkv, s.x.data(), tokens, s.qkv.data(), trace));
+        Linear(layer.qkv, s.x.data(), tokens, seqs, s.qkv.data(), trace));
     void* q = s.qkv.data();
     void* k = Offset(q, q_width, act);
     void* v = Offset(q, q_width + kv_width, act);
@@ -380,16 +385,16 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
         backend_.Attention(q, qkv_width, c.num_heads, c.num_kv_heads, hd, meta,
                            cache.k(l), cache.v(l), s.attn.data()));
     OCTET_RETURN_IF_ERROR(
-        Linear(layer.o, s.attn.data(), tokens, s.proj.data(), trace));
+        Linear(layer.o, s.attn.data(), tokens, seqs, s.proj.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
-    OCTET_RETURN_IF_ERROR(
-        Linear(layer.gate_up, s.x.data(), tokens, s.gate_up.data(), trace));
+    OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs,
+                                 s.gate_up.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
                                            c.intermediate_size, s.act.data()));
     OCTET_RETURN_IF_ERROR(
-        Linear(layer.down, s.act.data(), tokens, s.proj.data(), trace));
+        Linear(layer.down, s.act.data(), tokens, seqs, s.proj.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     if (trace != nullptr) {
       std::vector<uint8_t> host(tokens * h * DTypeSize(act));

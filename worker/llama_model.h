@@ -7,8 +7,8 @@
 // last new token of each sequence. q/k/v and gate/up are fused into one GEMM
 // each; embeddings, lm_head, norms, attention and the KV cache stay
 // unquantized (DESIGN.md). With LinearMethod::kFp8 every projection
-// quantizes its input with a dynamic per-tensor scale (or the checkpoint's
-// static input_scale) and runs the e4m3 GEMM.
+// quantizes its input with a dynamic per-tensor scale, one per sequence in
+// the batch (or the checkpoint's static input_scale), and runs the e4m3 GEMM.
 //
 // One forward serves any mix of sequences: prompt chunks (prefill) and
 // single tokens (decode), each with its own position and block table.
@@ -46,12 +46,12 @@ struct SequenceStep {
 struct ForwardTrace {
   // RMS of the residual stream after each layer, over all tokens.
   std::vector<double> layer_rms;
-  // FP8 only, when record_codes: the activation codes and scale of each
+  // FP8 only, when record_codes: the activation codes and scales of each
   // quantized projection input, in call order (per layer: qkv, o, gate_up,
-  // down).
+  // down); scales[call][sequence] (one entry for a static scale).
   bool record_codes = false;
   std::vector<std::vector<uint8_t>> codes;
-  std::vector<float> scales;
+  std::vector<std::vector<float>> scales;
 };
 
 class LlamaModel {
@@ -105,8 +105,9 @@ class LlamaModel {
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
                    ForwardTrace* trace);
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
+  // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
   absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
-                      void* y, ForwardTrace* trace);
+                      const RowGroups& seqs, void* y, ForwardTrace* trace);
 
   Backend& backend_;
   const ModelConfig config_;

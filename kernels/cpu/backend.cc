@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,39 @@
 
 namespace octet {
 namespace {
+
+// The [begin, end) rows of each group (RowGroups' rules checked: the map is
+// host memory on this backend).
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> GroupRanges(
+    int64_t rows, const RowGroups& groups, const char* what) {
+  if (groups.count < 1 || rows < groups.count ||
+      (groups.count > 1 && groups.row_group == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", groups.count, " row groups over ", rows,
+                     " rows (need 1 <= groups <= rows and a row map)"));
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges(groups.count, {0, rows});
+  if (groups.row_group == nullptr) return ranges;
+  int64_t g = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t next = groups.row_group[r];
+    if (r == 0 ? next != 0 : (next != g && next != g + 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": row ", r, " is in group ", next,
+                       "; groups must be consecutive rows numbered from 0"));
+    }
+    if (next != g) {
+      ranges[g].second = r;
+      ranges[next].first = r;
+      g = next;
+    }
+  }
+  if (g != groups.count - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": rows cover ", g + 1, " of ", groups.count, " groups"));
+  }
+  return ranges;
+}
 
 class CpuBackend : public Backend {
  public:
@@ -123,33 +158,63 @@ class CpuBackend : public Backend {
     return GemmF32(static_cast<const float*>(x), w.data.data(), w.dtype, rows,
                    w.out, w.in, static_cast<float*>(y), options_);
   }
-  absl::Status AbsMax(const void* x, int64_t count, float* absmax) override {
-    absl::StatusOr<float> m =
-        octet::AbsMax(static_cast<const float*>(x), count, options_);
-    if (!m.ok()) return m.status();
-    *absmax = *m;
+  absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
+                      const RowGroups& groups, float* absmax) override {
+    auto ranges = GroupRanges(rows, groups, "AbsMax");
+    if (!ranges.ok()) return ranges.status();
+    const float* xf = static_cast<const float*>(x);
+    for (int64_t g = 0; g < groups.count; ++g) {
+      const auto [begin, end] = (*ranges)[g];
+      absl::StatusOr<float> m =
+          octet::AbsMax(xf + begin * cols, (end - begin) * cols, options_);
+      if (!m.ok()) return m.status();
+      absmax[g] = *m;
+    }
     return absl::OkStatus();
   }
-  absl::Status Quantize(const void* x, int64_t count, const float* absmax,
+  absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
+                        const RowGroups& groups, const float* absmax,
                         uint8_t* q, float* scale) override {
-    const E4m3Scale s = E4m3ScaleFromAbsmax(*absmax);
-    *scale = s.scale;
-    return QuantizeE4m3(static_cast<const float*>(x), count, s.inv, q,
-                        options_);
+    auto ranges = GroupRanges(rows, groups, "Quantize");
+    if (!ranges.ok()) return ranges.status();
+    const float* xf = static_cast<const float*>(x);
+    for (int64_t g = 0; g < groups.count; ++g) {
+      const auto [begin, end] = (*ranges)[g];
+      const E4m3Scale s = E4m3ScaleFromAbsmax(absmax[g]);
+      scale[g] = s.scale;
+      absl::Status st = QuantizeE4m3(xf + begin * cols, (end - begin) * cols,
+                                     s.inv, q + begin * cols, options_);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
     return QuantizeE4m3(static_cast<const float*>(x), count, 1.0f / *scale, q,
                         options_);
   }
-  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale, int64_t rows,
+  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
+                        const RowGroups& groups, int64_t rows,
                         const LinearWeight& w, void* y) override {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
-    return octet::GemmE4m3(q, *q_scale, w.data.as<uint8_t>(),
-                           *w.scale.as<float>(), rows, w.out, w.in, y,
-                           DType::kF32, options_);
+    const float w_scale = *w.scale.as<float>();
+    if (groups.count == 1) {
+      return octet::GemmE4m3(q, *q_scale, w.data.as<uint8_t>(), w_scale, rows,
+                             w.out, w.in, y, DType::kF32, options_);
+    }
+    auto ranges = GroupRanges(rows, groups, "GemmE4m3");
+    if (!ranges.ok()) return ranges.status();
+    row_scales_.resize(rows);
+    for (int64_t g = 0; g < groups.count; ++g) {
+      const auto [begin, end] = (*ranges)[g];
+      std::fill(row_scales_.begin() + begin, row_scales_.begin() + end,
+                q_scale[g]);
+    }
+    return octet::GemmE4m3RowScales(q, row_scales_.data(), w.data.as<uint8_t>(),
+                                    w_scale, rows, w.out, w.in, y, DType::kF32,
+                                    options_);
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                       int32_t* out) override {
@@ -175,6 +240,7 @@ class CpuBackend : public Backend {
   const CpuKernelOptions options_;
   const int threads_;
   absl::flat_hash_map<void*, size_t> sizes_;
+  std::vector<float> row_scales_;  // GemmE4m3's per-row activation scales
 };
 
 }  // namespace

@@ -39,15 +39,16 @@ const GemmKernels& GemmKernelsFor(CpuIsa isa) {
 }
 
 // The epilogue: y[row, col] = (c[row * ldc + col - col0] * dot_scale) *
-// out_scale for rows [0, m) and columns [col0, col1). Each element is read
-// before it is written, so c may be y itself (binary32, same layout).
+// out_scale[row] for rows [0, m) and columns [col0, col1). Each element is
+// read before it is written, so c may be y itself (binary32, same layout).
 void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
-            float dot_scale, float out_scale, void* y, DType y_dtype,
+            float dot_scale, const float* out_scale, void* y, DType y_dtype,
             int64_t ldy) {
   for (int64_t row = 0; row < m; ++row) {
     const float* src = c + row * ldc;
+    const float scale = out_scale[row];
     for (int64_t col = col0; col < col1; ++col) {
-      const float v = (src[col - col0] * dot_scale) * out_scale;
+      const float v = (src[col - col0] * dot_scale) * scale;
       if (y_dtype == DType::kBf16) {
         static_cast<Bf16*>(y)[row * ldy + col] = FloatToBf16(v);
       } else {
@@ -60,7 +61,7 @@ void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
 // Scratch buffers that grow and are kept per thread and per use, so that
 // steady-state calls allocate nothing. The calling thread also runs parallel
 // tasks, so each use has its own slot.
-enum class Scratch { kPreparedA, kSums, kConvertedB };
+enum class Scratch { kPreparedA, kSums, kConvertedB, kRowScales };
 
 template <Scratch kUse>
 char* ThreadScratch(size_t bytes) {
@@ -71,12 +72,15 @@ char* ThreadScratch(size_t bytes) {
 
 // One GEMM's operands as the driver sees them: A and B both e4m3 codes or
 // both bfloat16, or binary32 activations with binary32 or bfloat16 weights.
+// Row r of Y is scaled by scale_a[r] * scale_b (one rounding), or by
+// scale_b alone when scale_a is null (the unquantized GEMMs: 1).
 template <typename A, typename B>
 struct Problem {
   const A* a;
   const B* b;
   int64_t m, n, k;
-  float out_scale;
+  const float* scale_a;
+  float scale_b;
   void* y;
   DType y_dtype;
 };
@@ -112,7 +116,13 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
                     : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
                           p.m * p.n * sizeof(float)));
   const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
+  float* out_scale = reinterpret_cast<float*>(
+      ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
+  for (int64_t r = 0; r < p.m; ++r) {
+    out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
+  }
   const bool convert = kE4m3 && p.m > cpu_internal::kStreamMaxM;
+  const int64_t converted_k = kern.converted_k_is_padded ? k_pad : p.k;
 
   int64_t chunk = (p.n + threads - 1) / threads;
   chunk = (chunk + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
@@ -131,8 +141,8 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
         for (int64_t c0 = col0; c0 < col1; c0 += block) {
           const int64_t rows = std::min(block, col1 - c0);
           kern.convert_b_e4m3(p.b + c0 * p.k, rows, p.k, b);
-          kern.prepared_rows(a, k_pad, p.m, b, k_pad, k_pad, 0, rows, sums + c0,
-                             p.n);
+          kern.prepared_rows(a, k_pad, p.m, b, k_pad, converted_k, 0, rows,
+                             sums + c0, p.n);
         }
       } else {
         kern.e4m3_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
@@ -142,7 +152,7 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
     } else {
       kern.prepared_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
     }
-    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, p.out_scale, p.y,
+    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.y,
            p.y_dtype, p.n);
   }
 }
@@ -177,16 +187,29 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
 absl::Status GemmE4m3(const uint8_t* qa, float scale_a, const uint8_t* qb,
                       float scale_b, int64_t m, int64_t n, int64_t k, void* y,
                       DType y_dtype, const CpuKernelOptions& options) {
-  return Run(
-      Problem<uint8_t, uint8_t>{qa, qb, m, n, k, scale_a * scale_b, y, y_dtype},
-      options, "GemmE4m3");
+  // One rounding of scale_a * scale_b, as in the per-row form.
+  return Run(Problem<uint8_t, uint8_t>{qa, qb, m, n, k, nullptr,
+                                       scale_a * scale_b, y, y_dtype},
+             options, "GemmE4m3");
+}
+
+absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
+                               const uint8_t* qb, float scale_b, int64_t m,
+                               int64_t n, int64_t k, void* y, DType y_dtype,
+                               const CpuKernelOptions& options) {
+  if (m > 0 && row_scale_a == nullptr) {
+    return absl::InvalidArgumentError("GemmE4m3RowScales: null row scales");
+  }
+  return Run(Problem<uint8_t, uint8_t>{qa, qb, m, n, k, row_scale_a, scale_b, y,
+                                       y_dtype},
+             options, "GemmE4m3RowScales");
 }
 
 absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
                       const CpuKernelOptions& options) {
-  return Run(Problem<Bf16, Bf16>{a, b, m, n, k, 1.0f, y, y_dtype}, options,
-             "GemmBf16");
+  return Run(Problem<Bf16, Bf16>{a, b, m, n, k, nullptr, 1.0f, y, y_dtype},
+             options, "GemmBf16");
 }
 
 absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
@@ -194,12 +217,12 @@ absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
                      const CpuKernelOptions& options) {
   if (b_dtype == DType::kBf16) {
     return Run(Problem<float, Bf16>{a, static_cast<const Bf16*>(b), m, n, k,
-                                    1.0f, y, DType::kF32},
+                                    nullptr, 1.0f, y, DType::kF32},
                options, "GemmF32");
   }
   if (b_dtype == DType::kF32) {
     return Run(Problem<float, float>{a, static_cast<const float*>(b), m, n, k,
-                                     1.0f, y, DType::kF32},
+                                     nullptr, 1.0f, y, DType::kF32},
                options, "GemmF32");
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -26,6 +26,14 @@ absl::Status GemmE4m3(const uint8_t* qa, float scale_a, const uint8_t* qb,
                       float scale_b, int64_t m, int64_t n, int64_t k, void* y,
                       DType y_dtype, const CpuKernelOptions& options = {});
 
+// As GemmE4m3, with one activation scale per row: row r of Y is scaled by
+// row_scale_a[r] · scale_b (rounded once). Batched sequences, each with its
+// own dynamic activation scale, share one pass over the weights this way.
+absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
+                               const uint8_t* qb, float scale_b, int64_t m,
+                               int64_t n, int64_t k, void* y, DType y_dtype,
+                               const CpuKernelOptions& options = {});
+
 // Y = A · Bᵀ for bfloat16 A and B; `y_dtype` is kF32 or kBf16.
 absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,

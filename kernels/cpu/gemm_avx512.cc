@@ -223,6 +223,7 @@ const GemmKernels kGemmAvx512 = {
     .bf16_rows = Bf16Rows,
     .convert_b_e4m3 = DecodeRows,
     .prepared_rows = PreparedRows,
+    .converted_k_is_padded = true,
     .e4m3_dot_scale = 1.0f,
 };
 

@@ -59,6 +59,13 @@ struct GemmKernels {
   void (*convert_b_e4m3)(const uint8_t* b, int64_t rows, int64_t k, void* dst);
   RowsKernel<void> prepared_rows;
 
+  // The K that prepared_rows is given over converted weights: the one that
+  // makes it add the same products in the same order as e4m3_rows, so that
+  // a row's result does not depend on M (batch invariance; see gemm_test).
+  // True: round_up(k, k_align) (the decoder-ordered AVX-512 layout, whose
+  // streaming kernel also covers whole padded blocks); false: k.
+  bool converted_k_is_padded;
+
   // e4m3 sums (from e4m3_rows or prepared_rows) are dot / e4m3_dot_scale,
   // an exact power of two (the AVX2 decoder carries values times 2^-8).
   float e4m3_dot_scale;

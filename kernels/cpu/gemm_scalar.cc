@@ -49,6 +49,7 @@ const GemmKernels kGemmScalar = {
     .bf16_rows = RowsRef<Bf16>,
     .convert_b_e4m3 = PrepareRef<uint8_t>,
     .prepared_rows = PreparedRowsRef,
+    .converted_k_is_padded = false,
     .e4m3_dot_scale = 1.0f,
 };
 

@@ -41,9 +41,7 @@ class CudaBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   DType activation_dtype() const override { return DType::kBf16; }
-  int64_t max_head_dim() const override {
-    return cuda::kAttentionMaxHeadDim;
-  }
+  int64_t max_head_dim() const override { return cuda::kAttentionMaxHeadDim; }
   std::string Describe() const override {
     return absl::StrCat("cuda:", device_, " ", DescribeCudaDevice(device_));
   }
@@ -116,26 +114,46 @@ class CudaBackend : public Backend {
     return gemm_->Bf16(static_cast<const Bf16*>(x), w.data.as<Bf16>(), rows,
                        w.out, w.in, y, y_dtype, stream_);
   }
-  absl::Status AbsMax(const void* x, int64_t count, float* absmax) override {
-    return quantizer_->AbsMax(x, DType::kBf16, count, absmax, stream_);
+  // One group takes the single-tensor kernels; several take the per-row
+  // ones (quantize.h) and the GEMM's row-group epilogue (gemm.h).
+  absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
+                      const RowGroups& groups, float* absmax) override {
+    if (groups.count == 1) {
+      return quantizer_->AbsMax(x, DType::kBf16, rows * cols, absmax, stream_);
+    }
+    return quantizer_->GroupAbsMax(x, DType::kBf16, rows, cols,
+                                   groups.row_group, groups.count, absmax,
+                                   stream_);
   }
-  absl::Status Quantize(const void* x, int64_t count, const float* absmax,
+  absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
+                        const RowGroups& groups, const float* absmax,
                         uint8_t* q, float* scale) override {
-    return quantizer_->Quantize(x, DType::kBf16, count, absmax, q, scale,
-                                stream_);
+    if (groups.count == 1) {
+      return quantizer_->Quantize(x, DType::kBf16, rows * cols, absmax, q,
+                                  scale, stream_);
+    }
+    return quantizer_->GroupQuantize(x, DType::kBf16, rows, cols,
+                                     groups.row_group, groups.count, absmax, q,
+                                     scale, stream_);
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
     return quantizer_->QuantizeWithScale(x, DType::kBf16, count, scale, q,
                                          stream_);
   }
-  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale, int64_t rows,
+  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
+                        const RowGroups& groups, int64_t rows,
                         const LinearWeight& w, void* y) override {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
-    return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),
-                       rows, w.out, w.in, y, DType::kBf16, stream_);
+    if (groups.count == 1) {
+      return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),
+                         rows, w.out, w.in, y, DType::kBf16, stream_);
+    }
+    return gemm_->E4m3RowGroups(q, q_scale, groups.row_group,
+                                w.data.as<uint8_t>(), w.scale.as<float>(), rows,
+                                w.out, w.in, y, DType::kBf16, stream_);
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                       int32_t* out) override {

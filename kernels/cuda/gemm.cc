@@ -64,6 +64,8 @@ struct CublasLtGemm::State {
   explicit State(const Options& o) : options(o) {}
   ~State() {
     plans.clear();
+    if (sums) cudaFree(sums);
+    if (one) cudaFree(one);
     if (workspace) cudaFree(workspace);
     if (handle) cublasLtDestroy(handle);
   }
@@ -74,6 +76,10 @@ struct CublasLtGemm::State {
   const Options options;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  float* one = nullptr;  // device 1.0f: the unit scale of E4m3RowGroups
+  // E4m3RowGroups' unscaled binary32 product, grown on demand.
+  float* sums = nullptr;
+  size_t sums_bytes = 0;
   absl::Mutex mu;
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans ABSL_GUARDED_BY(mu);
   Path last_path ABSL_GUARDED_BY(mu) = Path::kNone;
@@ -91,6 +97,11 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaMalloc(&state->workspace, options.workspace_bytes));
   }
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&state->one), sizeof(float)));
+  const float one = 1.0f;
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(state->one, &one, sizeof(float), cudaMemcpyHostToDevice));
   return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(state)));
 }
 
@@ -222,6 +233,41 @@ absl::Status CublasLtGemm::E4m3(const uint8_t* qa, const float* d_scale_a,
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   return Run(true, m, n, k, y_dtype, qa, qb, d_scale_a, d_scale_b, y, stream);
+}
+
+absl::Status CublasLtGemm::E4m3RowGroups(
+    const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
+    const uint8_t* qb, const float* d_scale_b, int64_t m, int64_t n, int64_t k,
+    void* y, DType y_dtype, cudaStream_t stream) {
+  const char* what = "CublasLtGemm::E4m3RowGroups";
+  absl::Status s = CheckGemmArgs(qa, qb, m, n, k, y, y_dtype, what);
+  if (!s.ok()) return s;
+  if (d_scale_a == nullptr || d_scale_b == nullptr || d_row_group == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": null scale pointer or row map"));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(m) * n * sizeof(float);
+  float* sums;
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->sums_bytes < bytes) {
+      // cudaFree waits for the device, so no queued kernel still reads the
+      // old buffer.
+      if (state_->sums != nullptr) cudaFree(state_->sums);
+      state_->sums = nullptr;
+      state_->sums_bytes = 0;
+      OCTET_CUDA_RETURN_IF_ERROR(
+          cudaMalloc(reinterpret_cast<void**>(&state_->sums), bytes));
+      state_->sums_bytes = bytes;
+    }
+    sums = state_->sums;
+  }
+  s = Run(true, m, n, k, DType::kF32, qa, qb, state_->one, state_->one, sums,
+          stream);
+  if (!s.ok()) return s;
+  return CudaScaleRowGroups(sums, m, n, d_scale_a, d_row_group, d_scale_b, y,
+                            y_dtype, stream);
 }
 
 absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,

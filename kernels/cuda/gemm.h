@@ -57,6 +57,17 @@ class CublasLtGemm {
                     int64_t n, int64_t k, void* y, DType y_dtype,
                     cudaStream_t stream);
 
+  // E4m3 with one activation scale per group of consecutive rows of qa
+  // (RowGroups in kernels/backend.h; d_row_group device [m]): row r of Y is
+  // scaled by d_scale_a[d_row_group[r]] · *d_scale_b. The product runs
+  // unscaled into a binary32 buffer kept by this object, then
+  // CudaScaleRowGroups applies each row's scale and rounds once.
+  absl::Status E4m3RowGroups(const uint8_t* qa, const float* d_scale_a,
+                             const int32_t* d_row_group, const uint8_t* qb,
+                             const float* d_scale_b, int64_t m, int64_t n,
+                             int64_t k, void* y, DType y_dtype,
+                             cudaStream_t stream);
+
   absl::Status Bf16(const octet::Bf16* a, const octet::Bf16* b, int64_t m,
                     int64_t n, int64_t k, void* y, DType y_dtype,
                     cudaStream_t stream);

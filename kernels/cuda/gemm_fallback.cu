@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/gemm_args.h"
@@ -62,7 +64,49 @@ absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
   return absl::OkStatus();
 }
 
+__global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
+                                     const float* __restrict__ scale_a,
+                                     const int32_t* __restrict__ row_group,
+                                     const float* __restrict__ scale_b,
+                                     bool y_bf16, void* y) {
+  const int64_t total = m * n;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const float scale = scale_a[row_group[i / n]] * *scale_b;
+    const float v = acc[i] * scale;
+    if (y_bf16) {
+      static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v);
+    } else {
+      static_cast<float*>(y)[i] = v;
+    }
+  }
+}
+
 }  // namespace
+
+absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
+                                const float* d_scale_a,
+                                const int32_t* d_row_group,
+                                const float* d_scale_b, void* y, DType y_dtype,
+                                cudaStream_t stream) {
+  if (m < 0 || n < 0 ||
+      (m > 0 && n > 0 &&
+       (acc == nullptr || d_scale_a == nullptr || d_row_group == nullptr ||
+        d_scale_b == nullptr || y == nullptr)) ||
+      (y_dtype != DType::kF32 && y_dtype != DType::kBf16)) {
+    return absl::InvalidArgumentError(
+        "CudaScaleRowGroups: bad shape, output type or null operand");
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  const int64_t blocks =
+      std::min<int64_t>((m * n + kThreads - 1) / kThreads, int64_t{1} << 16);
+  ScaleRowGroupsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      acc, m, n, d_scale_a, d_row_group, d_scale_b, y_dtype == DType::kBf16, y);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
 
 absl::Status CudaGemmE4m3Fallback(const uint8_t* qa, const float* d_scale_a,
                                   const uint8_t* qb, const float* d_scale_b,

@@ -1,7 +1,7 @@
 // Plain CUDA GEMMs, one thread per output element, binary32 accumulation in
-// K order. CublasLtGemm (gemm.h) uses them for shapes cuBLASLt rejects; tests
-// call them directly. Same layouts and meaning as gemm.h; the scales are
-// device pointers.
+// K order, and the per-row-group scaling epilogue. CublasLtGemm (gemm.h) uses
+// them for shapes cuBLASLt rejects; tests call them directly. Same layouts and
+// meaning as gemm.h; the scales are device pointers.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,5 +22,16 @@ absl::Status CudaGemmE4m3Fallback(const uint8_t* qa, const float* d_scale_a,
 absl::Status CudaGemmBf16Fallback(const Bf16* a, const Bf16* b, int64_t m,
                                   int64_t n, int64_t k, void* y, DType y_dtype,
                                   cudaStream_t stream);
+
+// The epilogue of an e4m3 GEMM with one activation scale per group of rows
+// (CublasLtGemm::E4m3RowGroups): y[r][c] = acc[r][c] · (d_scale_a[g] ·
+// *d_scale_b) for row r's group g = d_row_group[r], the two scales
+// multiplied first and the result rounded once to y_dtype. acc is binary32
+// [m][n]; y may be acc itself when y_dtype is kF32.
+absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
+                                const float* d_scale_a,
+                                const int32_t* d_row_group,
+                                const float* d_scale_b, void* y, DType y_dtype,
+                                cudaStream_t stream);
 
 }  // namespace octet

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
@@ -158,6 +159,50 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One block per row: fold |x| over the row, then into its group's slot.
+// Non-negative binary32 values order like their bit patterns as integers,
+// so atomicMax on the bits is an exact, order-independent max (the slots
+// start at +0).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GroupAbsMaxKernel(const T* __restrict__ x, int64_t cols,
+                      const int32_t* __restrict__ row_group,
+                      float* __restrict__ absmax) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    m = fmaxf(m, fabsf(ToFloat(xr[i])));
+  }
+  m = BlockMax(m);
+  if (threadIdx.x == 0) {
+    atomicMax(reinterpret_cast<int*>(absmax + row_group[row]),
+              __float_as_int(m));
+  }
+}
+
+// One block per row, with its group's scale; the group's first row
+// publishes the scale.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GroupQuantizeKernel(const T* __restrict__ x, int64_t cols,
+                        const int32_t* __restrict__ row_group,
+                        const float* __restrict__ absmax,
+                        uint8_t* __restrict__ q, float* __restrict__ scale) {
+  const int64_t row = blockIdx.x;
+  const int32_t g = row_group[row];
+  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax[g]);
+  if (threadIdx.x == 0 && (row == 0 || row_group[row - 1] != g)) {
+    scale[g] = s.scale;
+  }
+  const T* xr = x + row * cols;
+  uint8_t* qr = q + row * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    qr[i] = __nv_cvt_float_to_fp8(ToFloat(xr[i]) * s.inv, __NV_SATFINITE,
+                                  __NV_E4M3);
+  }
+}
+
 template <typename Y>
 __global__ void DequantizeKernel(const uint8_t* __restrict__ q, int64_t n,
                                  const float* __restrict__ scale,
@@ -290,6 +335,72 @@ absl::Status CudaE4m3Quantizer::Launch(const void* x, DType x_dtype, int64_t n,
     QuantizeKernel<<<blocks, kThreads, 0, stream>>>(
         static_cast<const float*>(x), n, aligned, d_in, given_scale, q,
         d_scale);
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckGroups(const void* x, DType x_dtype, int64_t rows,
+                         int64_t cols, const int32_t* d_row_group,
+                         int64_t groups, const void* out, const char* what) {
+  absl::Status input = CheckInput(x, x_dtype, rows * cols, what);
+  if (!input.ok()) return input;
+  if (rows < 0 || cols < 0 || groups < 1 || groups > rows ||
+      rows > std::numeric_limits<int32_t>::max() || d_row_group == nullptr ||
+      out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", groups, " groups over ", rows, " rows of ", cols,
+        " (need 1 <= groups <= rows < 2^31, a row map and an output)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaE4m3Quantizer::GroupAbsMax(const void* x, DType x_dtype,
+                                            int64_t rows, int64_t cols,
+                                            const int32_t* d_row_group,
+                                            int64_t groups, float* d_absmax,
+                                            cudaStream_t stream) {
+  absl::Status args = CheckGroups(x, x_dtype, rows, cols, d_row_group, groups,
+                                  d_absmax, "CudaE4m3Quantizer::GroupAbsMax");
+  if (!args.ok()) return args;
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(d_absmax, 0, groups * sizeof(float), stream));
+  const unsigned blocks = static_cast<unsigned>(rows);
+  if (x_dtype == DType::kBf16) {
+    GroupAbsMaxKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), cols, d_row_group, d_absmax);
+  } else {
+    GroupAbsMaxKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const float*>(x), cols, d_row_group, d_absmax);
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status CudaE4m3Quantizer::GroupQuantize(
+    const void* x, DType x_dtype, int64_t rows, int64_t cols,
+    const int32_t* d_row_group, int64_t groups, const float* d_absmax,
+    uint8_t* q, float* d_scale, cudaStream_t stream) {
+  const char* what = "CudaE4m3Quantizer::GroupQuantize";
+  absl::Status args =
+      CheckGroups(x, x_dtype, rows, cols, d_row_group, groups, d_scale, what);
+  if (!args.ok()) return args;
+  if (d_absmax == nullptr || (cols > 0 && q == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": null absmax or codes"));
+  }
+  const unsigned blocks = static_cast<unsigned>(rows);
+  if (x_dtype == DType::kBf16) {
+    GroupQuantizeKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), cols, d_row_group, d_absmax, q,
+        d_scale);
+  } else {
+    GroupQuantizeKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const float*>(x), cols, d_row_group, d_absmax, q, d_scale);
   }
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

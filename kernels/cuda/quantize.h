@@ -49,6 +49,21 @@ class CudaE4m3Quantizer {
                                  const float* d_scale, uint8_t* q,
                                  cudaStream_t stream);
 
+  // One scale per group of consecutive rows of x ([rows][cols]; RowGroups
+  // in kernels/backend.h, d_row_group device [rows]): the per-sequence
+  // activation scales of a batched forward pass.
+  // d_absmax[g] = fmaxf-fold of |x| over the rows of group g.
+  absl::Status GroupAbsMax(const void* x, DType x_dtype, int64_t rows,
+                           int64_t cols, const int32_t* d_row_group,
+                           int64_t groups, float* d_absmax,
+                           cudaStream_t stream);
+  // Rows of group g: as Quantize with d_absmax[g]; d_scale[g] receives the
+  // scale.
+  absl::Status GroupQuantize(const void* x, DType x_dtype, int64_t rows,
+                             int64_t cols, const int32_t* d_row_group,
+                             int64_t groups, const float* d_absmax, uint8_t* q,
+                             float* d_scale, cudaStream_t stream);
+
   // AbsMax then Quantize, through an absmax slot owned by this object.
   absl::Status QuantizeDynamic(const void* x, DType x_dtype, int64_t n,
                                uint8_t* q, float* d_scale, cudaStream_t stream);

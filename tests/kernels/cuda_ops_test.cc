@@ -4,6 +4,7 @@
 // Skips without a supported CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/backend.h"
 #include "kernels/cuda/backend.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/test_data.h"
 
 namespace octet {
 namespace {
@@ -144,6 +146,66 @@ TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
   }
   ExpectNear(emb[1], emb[0], 0, 0, "Embedding");
   ExpectNear(rope[1], rope[0], 0x1p-7, 2e-3, "Rope");  // device sincosf vs libm
+}
+
+TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
+  // The FP8 linear steps with one scale per sequence: three sequences of 3,
+  // 1 and 9 rows whose activations differ in size (the GPU's per-row kernels
+  // and GEMM epilogue), then the same rows as one group (its single-tensor
+  // kernels). Absmax, scales and codes are bit for bit the CPU's; the GEMM
+  // output differs only by summation order and bfloat16 rounding.
+  const int64_t in = 256, out = 64;
+  const std::vector<int32_t> seq = {0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+  const int64_t rows = static_cast<int64_t>(seq.size());
+  std::vector<float> x = Values(rows * in, 8);
+  for (int64_t j = 3 * in; j < 4 * in; ++j) x[j] *= 32.0f;       // exact
+  for (int64_t j = 4 * in; j < rows * in; ++j) x[j] *= 0.0625f;  // exact
+  const std::vector<uint8_t> codes = testing::RandomCodes(out * in, 9);
+  for (int64_t groups : {int64_t{3}, int64_t{1}}) {
+    std::vector<std::vector<float>> absmax(2), scale(2), y(2);
+    std::vector<std::vector<uint8_t>> q(2, std::vector<uint8_t>(rows * in));
+    int i = 0;
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      DeviceBuffer dx = Act(*b, x), dseq = Buf(*b, seq),
+                   dy = Act(*b, std::vector<float>(rows * out));
+      DeviceBuffer dmax = Buf(*b, std::vector<float>(groups, -1.0f)),
+                   dscale = Buf(*b, std::vector<float>(groups, -1.0f)),
+                   dq = Buf(*b, std::vector<uint8_t>(rows * in));
+      LinearWeight w;
+      w.out = out;
+      w.in = in;
+      w.dtype = DType::kE4m3;
+      w.data = Buf(*b, codes);
+      w.scale = Buf(*b, std::vector<float>{0.02f});
+      const RowGroups g =
+          groups == 1 ? RowGroups{} : RowGroups{groups, dseq.as<int32_t>()};
+      ASSERT_TRUE(b->AbsMax(dx.data(), rows, in, g, dmax.as<float>()).ok());
+      ASSERT_TRUE(b->Quantize(dx.data(), rows, in, g, dmax.as<float>(),
+                              dq.as<uint8_t>(), dscale.as<float>())
+                      .ok());
+      ASSERT_TRUE(b->GemmE4m3(dq.as<uint8_t>(), dscale.as<float>(), g, rows, w,
+                              dy.data())
+                      .ok());
+      absmax[i].resize(groups);
+      scale[i].resize(groups);
+      ASSERT_TRUE(
+          b->CopyToHost(absmax[i].data(), dmax.data(), groups * 4).ok());
+      ASSERT_TRUE(
+          b->CopyToHost(scale[i].data(), dscale.data(), groups * 4).ok());
+      ASSERT_TRUE(b->CopyToHost(q[i].data(), dq.data(), rows * in).ok());
+      y[i] = Read(*b, dy, rows * out);
+      ++i;
+    }
+    EXPECT_EQ(absmax[1], absmax[0]) << groups << " groups";
+    EXPECT_EQ(scale[1], scale[0]) << groups << " groups";
+    if (groups == 3) {
+      EXPECT_NE(scale[0][0], scale[0][1]);
+    }
+    EXPECT_EQ(q[1], q[0]) << groups << " groups";
+    float largest = 0.0f;
+    for (float v : y[0]) largest = std::max(largest, std::fabs(v));
+    ExpectNear(y[1], y[0], 0x1p-7, 1e-3 * largest, "GemmE4m3");
+  }
 }
 
 TEST_F(CudaOpsTest, ArgmaxMatchesTheCpu) {

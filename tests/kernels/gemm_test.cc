@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <random>
@@ -132,6 +133,42 @@ TEST_P(GemmTest, ThreadCountDoesNotChangeResults) {
           << "M=" << s.m << " element " << i;
     }
   }
+}
+
+TEST_P(GemmTest, RowScalesGiveEachRowWhatItGetsAlone) {
+  // One activation scale per row (batched sequences): every row of the batch
+  // is bit for bit the single-row GEMM with that row's scale, on both the
+  // streaming (M <= 8) and the converted-weights path, in f32 and bf16.
+  for (const Shape& s : {Shape{1, 67, 100}, Shape{3, 33, 257},
+                         Shape{9, 40, 1000}, Shape{33, 96, 600}}) {
+    const auto qa = RandomCodes(s.m * s.k, 31 + s.m);
+    const auto qb = RandomCodes(s.n * s.k, 32 + s.m);
+    std::vector<float> row_scales(s.m);
+    for (int64_t r = 0; r < s.m; ++r) row_scales[r] = 0.01f * (r + 1) + 0.003f;
+    const float sb = 0.37f;
+    for (DType y_dtype : {DType::kF32, DType::kBf16}) {
+      const size_t size = DTypeSize(y_dtype);
+      std::vector<uint8_t> batched(s.m * s.n * size), alone(s.n * size);
+      ASSERT_TRUE(GemmE4m3RowScales(qa.data(), row_scales.data(), qb.data(), sb,
+                                    s.m, s.n, s.k, batched.data(), y_dtype,
+                                    Options(2))
+                      .ok());
+      for (int64_t r = 0; r < s.m; ++r) {
+        ASSERT_TRUE(GemmE4m3(qa.data() + r * s.k, row_scales[r], qb.data(), sb,
+                             1, s.n, s.k, alone.data(), y_dtype, Options())
+                        .ok());
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(),
+                               batched.begin() + r * s.n * size))
+            << "M=" << s.m << " row " << r << " " << DTypeName(y_dtype);
+      }
+    }
+  }
+  std::vector<float> y(16);
+  const std::vector<uint8_t> q(64, 0x38);
+  EXPECT_EQ(GemmE4m3RowScales(q.data(), nullptr, q.data(), 1.0f, 4, 4, 4,
+                              y.data(), DType::kF32, Options())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(GemmTest, NanCodesPropagate) {

@@ -215,8 +215,12 @@ TEST_F(Fp8ExportTest, StaticInputScalesAreUsed) {
   ASSERT_TRUE((*ma)->Forward({&step, 1}, **cache, &la, &ta).ok());
   ASSERT_TRUE((*mb)->Forward({&step, 1}, **cache, &lb, &tb).ok());
   ASSERT_FALSE(ta.scales.empty());
-  for (float s : ta.scales) EXPECT_EQ(s, 0.05f);
-  for (float s : tb.scales) EXPECT_EQ(s, 0.5f);
+  for (const std::vector<float>& call : ta.scales) {
+    EXPECT_EQ(call, std::vector<float>{0.05f});
+  }
+  for (const std::vector<float>& call : tb.scales) {
+    EXPECT_EQ(call, std::vector<float>{0.5f});
+  }
   EXPECT_NE(la, lb);
 }
 

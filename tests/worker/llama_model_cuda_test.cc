@@ -71,37 +71,45 @@ TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinBf16Tolerance) {
 }
 
 TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
-  auto model = LlamaModel::Load(*ckpt_, *backend_, {});
-  ASSERT_TRUE(model.ok());
-  std::vector<GenerationRequest> requests;
-  for (int64_t len : {3, 29, 50}) {
-    GenerationRequest r;
-    for (int64_t i = 0; i < len; ++i) r.prompt.push_back((i * 13 + len) % 300);
-    r.max_new_tokens = 32;
-    r.sampling.temperature = 0;
-    requests.push_back(r);
-  }
-  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-  ASSERT_TRUE(cache.ok());
-  auto batched = Generate(**model, **cache, requests);
-  GenerationOptions alone;
-  alone.one_at_a_time = true;
-  auto single = Generate(**model, **cache, requests, alone);
-  ASSERT_TRUE(batched.ok() && single.ok());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    size_t same = 0;
-    while (same < (*batched)[i].tokens.size() &&
-           (*batched)[i].tokens[same] == (*single)[i].tokens[same]) {
-      ++same;
+  for (LinearMethod method : {LinearMethod::kNone, LinearMethod::kFp8}) {
+    const char* name = method == LinearMethod::kFp8 ? "fp8" : "none";
+    ModelOptions options;
+    options.method = method;
+    auto model = LlamaModel::Load(*ckpt_, *backend_, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<GenerationRequest> requests;
+    for (int64_t len : {3, 29, 50}) {
+      GenerationRequest r;
+      for (int64_t i = 0; i < len; ++i) {
+        r.prompt.push_back((i * 13 + len) % 300);
+      }
+      r.max_new_tokens = 32;
+      r.sampling.temperature = 0;
+      requests.push_back(r);
     }
-    // cuBLASLt may pick a different algorithm for another batch size, so
-    // bfloat16 rounding can differ: report where greedy paths part, if they
-    // do, and require the first token to agree.
-    std::printf(
-        "[ measured ] cuda greedy request %zu: batched and alone agree on %zu "
-        "of %zu\n",
-        i, same, (*batched)[i].tokens.size());
-    EXPECT_GE(same, 1u);
+    auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+    ASSERT_TRUE(cache.ok());
+    auto batched = Generate(**model, **cache, requests);
+    GenerationOptions alone;
+    alone.one_at_a_time = true;
+    auto single = Generate(**model, **cache, requests, alone);
+    ASSERT_TRUE(batched.ok() && single.ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      size_t same = 0;
+      while (same < (*batched)[i].tokens.size() &&
+             (*batched)[i].tokens[same] == (*single)[i].tokens[same]) {
+        ++same;
+      }
+      // Each sequence has its own FP8 activation scales, but cuBLASLt may
+      // pick a different algorithm for another batch size, so bfloat16
+      // rounding can differ: report where greedy paths part, if they do,
+      // and require the first token to agree.
+      std::printf(
+          "[ measured ] cuda %s greedy request %zu: batched and alone agree "
+          "on %zu of %zu\n",
+          name, i, same, (*batched)[i].tokens.size());
+      EXPECT_GE(same, 1u) << name;
+    }
   }
 }
 
