@@ -111,6 +111,15 @@ struct E4m3Tile {
         dec.Decode(_mm512_maskz_loadu_epi8(mask, b + (col + r) * ldb + i),
                    w0[r], w1[r]);
       }
+      // And the tile after that into the outer caches (T2): one prefetch
+      // one tile ahead is not enough in flight to keep the memory busy on
+      // its own (2 cores, M = 1: bench_gemm FP8 vs BF16 1.5-1.7x before,
+      // 1.75-2.2x after; BF16's tile did not gain from the same change).
+      OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(b + (col + 2 * NB + r) * ldb + i),
+            _MM_HINT_T2);
+      }
       OCTET_UNROLL for (int m = 0; m < MB; ++m) {
         const __m512i x0 = _mm512_loadu_si512(a + m * lda + i);
         const __m512i x1 = _mm512_loadu_si512(a + m * lda + i + 32);
