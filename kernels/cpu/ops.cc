@@ -112,7 +112,10 @@ void AttentionRef(const float* q, int64_t q_stride, int64_t heads,
             static_cast<int64_t>(table[j / meta.block_size]) * meta.block_size +
             j % meta.block_size;
         const float* kj = k_cache + slot * width + kvh * head_dim;
+        // A vector reduction: its order is fixed by the build, the same for
+        // every token and every batch.
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int64_t d = 0; d < head_dim; ++d) dot += qh[d] * kj[d];
         scores[j - first] = dot * scale;
         max_score = std::max(max_score, scores[j - first]);
