@@ -26,6 +26,8 @@ namespace {
 constexpr int kAlign = 64;       // K block of the e4m3 decoder
 constexpr int kRowsPerTile = 4;  // weight rows per tile
 constexpr int kMaxMPerTile = 4;  // activation rows per tile
+// The largest next tile (NB weight rows) prefetched into L1 (48 KiB here).
+constexpr int64_t kL1PrefetchTileBytes = int64_t{16} << 10;
 
 // The bfloat16 of each e4m3 magnitude (sign bit clear), split into the high
 // and low byte tables the decoder looks up; exact, as e4m3 has 3 mantissa
@@ -105,9 +107,16 @@ struct E4m3Tile {
         // The next tile's rows start new pages, where the hardware
         // prefetcher restarts cold: fetch them one tile ahead, into L1 (for
         // this kernel measured better than into L2; NTA halves throughput).
-        _mm_prefetch(
-            reinterpret_cast<const char*>(b + (col + NB + r) * ldb + i),
-            _MM_HINT_T0);
+        // When the next tile is larger than a third of L1 (long rows: K >
+        // 4096 codes), lines fetched into L1 that early would evict each
+        // other and the activations before use: fetch those into L2.
+        const char* next =
+            reinterpret_cast<const char*>(b + (col + NB + r) * ldb + i);
+        if (NB * ldb <= kL1PrefetchTileBytes) {
+          _mm_prefetch(next, _MM_HINT_T0);
+        } else {
+          _mm_prefetch(next, _MM_HINT_T1);
+        }
         dec.Decode(_mm512_maskz_loadu_epi8(mask, b + (col + r) * ldb + i),
                    w0[r], w1[r]);
       }
