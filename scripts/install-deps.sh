@@ -17,6 +17,11 @@ packages=(
   libgmock-dev
   nlohmann-json3-dev      # config.json, safetensors headers
   libsentencepiece-dev    # tokenizer (and training the synthetic one)
+  libgloo-dev             # CPU collectives (parallel/)
+  libprotobuf-dev         # gRPC protos (proto/)
+  protobuf-compiler
+  libgrpc++-dev
+  protobuf-compiler-grpc
   clang                   # libFuzzer targets (tests/fuzz)
   libclang-rt-14-dev      # libFuzzer and sanitizer runtimes for clang 14
 )

@@ -1,0 +1,240 @@
+#include "parallel/communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace octet {
+namespace {
+
+class SingleRankCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string Describe() const override { return "single rank"; }
+  absl::Status AllReduceSum(float*, int64_t count) override {
+    return CheckCount(count);
+  }
+  absl::Status AllReduceMax(float*, int64_t count) override {
+    return CheckCount(count);
+  }
+  absl::Status AllGather(const float* in, int64_t count, float* out) override {
+    absl::Status s = CheckCount(count);
+    if (s.ok() && in != out) std::copy(in, in + count, out);
+    return s;
+  }
+  absl::Status Broadcast(void*, int64_t bytes, int root) override {
+    if (root != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Broadcast: root ", root, " is not a rank of 1"));
+    }
+    return CheckCount(bytes);
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+
+ private:
+  static absl::Status CheckCount(int64_t count) {
+    if (count < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective: count ", count, " < 0"));
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Gloo's store interface over ours. Gloo reports failures by throwing, so
+// errors become gloo::IoException here and a Status again in Run below.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(KeyValueStore& store, std::string prefix, absl::Duration timeout)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s =
+        store_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> v =
+        store_.Get(prefix_ + key, absl::Now() + timeout_);
+    if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, absl::ToChronoMilliseconds(timeout_));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+    for (const std::string& key : keys) {
+      absl::StatusOr<std::string> v = store_.Get(prefix_ + key, deadline);
+      if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
+    }
+  }
+
+ private:
+  KeyValueStore& store_;
+  const std::string prefix_;
+  const absl::Duration timeout_;
+};
+
+// Runs a Gloo call, turning its exceptions into a Status that says which
+// collective failed on which rank.
+template <typename F>
+absl::Status Run(const char* what, int rank, F&& f) {
+  try {
+    f();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    const std::string msg = e.what();
+    const std::string lower = absl::AsciiStrToLower(msg);
+    const bool timeout = absl::StrContains(lower, "timed out") ||
+                         absl::StrContains(lower, "timeout") ||
+                         absl::StrContains(lower, "not set in time");
+    const std::string text =
+        absl::StrCat(what, " on rank ", rank, " failed: ", msg);
+    return timeout ? absl::DeadlineExceededError(text)
+                   : absl::UnavailableError(text);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " on rank ", rank, " failed: ", e.what()));
+  }
+}
+
+void SumFloats(void* out, const void* a, const void* b, size_t n) {
+  float* o = static_cast<float*>(out);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+void MaxFloats(void* out, const void* a, const void* b, size_t n) {
+  float* o = static_cast<float*>(out);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = std::fmax(x[i], y[i]);
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::Context> context,
+                   absl::Duration timeout)
+      : context_(std::move(context)),
+        timeout_(absl::ToChronoMilliseconds(timeout)) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  std::string Describe() const override {
+    return absl::StrCat("gloo tcp, rank ", rank(), " of ", size());
+  }
+
+  absl::Status AllReduceSum(float* data, int64_t count) override {
+    return AllReduce(data, count, &SumFloats, "AllReduceSum");
+  }
+  absl::Status AllReduceMax(float* data, int64_t count) override {
+    return AllReduce(data, count, &MaxFloats, "AllReduceMax");
+  }
+  absl::Status AllGather(const float* in, int64_t count, float* out) override {
+    if (count < 0) return absl::InvalidArgumentError("AllGather: count < 0");
+    if (count == 0) return absl::OkStatus();
+    return Run("AllGather", rank(), [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<float*>(in), count);
+      opts.setOutput(out, count * size());
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+  }
+  absl::Status Broadcast(void* data, int64_t bytes, int root) override {
+    if (bytes < 0 || root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Broadcast: ", bytes, " bytes from root ", root, " of ", size()));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    return Run("Broadcast", rank(), [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(static_cast<uint8_t*>(data), bytes);
+      opts.setRoot(root);
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+    });
+  }
+  absl::Status Barrier() override {
+    return Run("Barrier", rank(), [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  absl::Status AllReduce(float* data, int64_t count,
+                         gloo::AllreduceOptions::Func fn, const char* what) {
+    if (count < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
+    }
+    if (count == 0) return absl::OkStatus();
+    return Run(what, rank(), [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(fn);
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+    });
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  const std::chrono::milliseconds timeout_;
+  uint32_t next_tag_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> NewSingleRankCommunicator() {
+  return std::make_unique<SingleRankCommunicator>();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
+    KeyValueStore& store, int rank, int size, const GlooOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gloo: rank ", rank, " is not in [0, ", size, ")"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("Gloo: timeout must be positive");
+  }
+  std::shared_ptr<gloo::Context> context;
+  absl::Status s = Run("connecting", rank, [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+    GlooStore gloo_store(store, options.group + "/", options.timeout);
+    ctx->connectFullMesh(gloo_store, device);
+    context = std::move(ctx);
+  });
+  if (!s.ok()) return s;
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(std::move(context), options.timeout));
+}
+
+}  // namespace octet

@@ -1,0 +1,67 @@
+// Collectives between the ranks of one tensor-parallel group, behind one
+// interface (DESIGN.md): Gloo over TCP for CPU ranks, single-rank for TP=1
+// (no work), and NCCL for GPU ranks (to come).
+//
+// Rules for every implementation:
+//  - Every rank calls the same collectives in the same order with the same
+//    counts; `data` is memory of the rank's backend (host memory for CPU
+//    ranks).
+//  - One thread at a time per communicator (the worker's forward thread).
+//  - A collective that cannot complete — a peer died, stopped answering, or
+//    never joined — returns an error (DeadlineExceeded or Unavailable) within
+//    the communicator's timeout instead of blocking forever. After an error
+//    the communicator is broken: the group is rebuilt, not reused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "parallel/store.h"
+
+namespace octet {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string Describe() const = 0;
+
+  // In place over `count` binary32 values: the sum, or the fmaxf maximum
+  // (a NaN loses to any number, as in absmax).
+  virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
+  virtual absl::Status AllReduceMax(float* data, int64_t count) = 0;
+  // out[r * count + i] = rank r's in[i] (out holds size() * count values).
+  virtual absl::Status AllGather(const float* in, int64_t count,
+                                 float* out) = 0;
+  // Rank `root`'s `bytes` bytes at `data` to every rank's `data`.
+  virtual absl::Status Broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+// TP = 1: every collective is the identity.
+std::unique_ptr<Communicator> NewSingleRankCommunicator();
+
+struct GlooOptions {
+  // Name of the group: the prefix of its keys in the store, so that a
+  // restarted group (or another model) does not read stale addresses.
+  std::string group = "octet";
+  // Host name or address this rank listens on for its peers.
+  std::string hostname = "127.0.0.1";
+  // Bound on connecting and on every collective.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// Connects rank `rank` of `size` over TCP, exchanging addresses through
+// `store` (which need only live until this returns). Fails with
+// DeadlineExceeded naming the missing rank when one does not arrive within
+// options.timeout.
+absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
+    KeyValueStore& store, int rank, int size, const GlooOptions& options);
+
+}  // namespace octet

@@ -1,0 +1,166 @@
+#include "parallel/store.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "octet/internal/v1/rendezvous.grpc.pb.h"
+
+namespace octet {
+
+namespace rpc = ::octet::internal::v1;
+
+absl::Status InMemoryStore::Set(const std::string& key,
+                                const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  values_[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key,
+                                               absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return values_.contains(key);
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&present), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("rendezvous: key '", key, "' was not set in time"));
+  }
+  return values_.at(key);
+}
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+std::chrono::system_clock::time_point ToChrono(absl::Time t) {
+  return absl::ToChronoTime(
+      std::clamp(t, absl::Now(), absl::Now() + absl::Hours(24 * 365)));
+}
+
+// The service: Get waits in the store for at most the request's timeout,
+// and never past the call's own deadline.
+class RendezvousService final : public rpc::Rendezvous::Service {
+ public:
+  explicit RendezvousService(KeyValueStore* store) : store_(store) {}
+
+  grpc::Status Set(grpc::ServerContext*, const rpc::SetRequest* request,
+                   rpc::SetResponse*) override {
+    return ToGrpc(store_->Set(request->key(), request->value()));
+  }
+
+  grpc::Status Get(grpc::ServerContext* context, const rpc::GetRequest* request,
+                   rpc::GetResponse* response) override {
+    if (request->timeout_ms() < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "rendezvous: timeout_ms must be >= 0");
+    }
+    const absl::Time deadline =
+        std::min(absl::Now() + absl::Milliseconds(request->timeout_ms()),
+                 absl::FromChrono(context->deadline()));
+    absl::StatusOr<std::string> value = store_->Get(request->key(), deadline);
+    if (!value.ok()) return ToGrpc(value.status());
+    response->set_value(*std::move(value));
+    return grpc::Status::OK;
+  }
+
+ private:
+  KeyValueStore* store_;
+};
+
+}  // namespace
+
+struct RendezvousServer::Impl {
+  explicit Impl(KeyValueStore* store) : service(store) {}
+  RendezvousService service;
+  std::unique_ptr<grpc::Server> server;
+};
+
+RendezvousServer::RendezvousServer(std::unique_ptr<Impl> impl,
+                                   std::string address)
+    : impl_(std::move(impl)), address_(std::move(address)) {}
+
+RendezvousServer::~RendezvousServer() {
+  // Ends waiting Gets at once (the client sees CANCELLED or UNAVAILABLE).
+  impl_->server->Shutdown(std::chrono::system_clock::now());
+  impl_->server->Wait();
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const std::string& address, KeyValueStore* store) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous: address '", address, "' is not host:port"));
+  }
+  auto impl = std::make_unique<Impl>(store);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&impl->service);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("rendezvous: cannot listen on ", address));
+  }
+  return std::unique_ptr<RendezvousServer>(new RendezvousServer(
+      std::move(impl), absl::StrCat(address.substr(0, colon), ":", port)));
+}
+
+struct GrpcStore::Impl {
+  std::unique_ptr<rpc::Rendezvous::Stub> stub;
+};
+
+GrpcStore::GrpcStore(const std::string& address)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->stub = rpc::Rendezvous::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+GrpcStore::~GrpcStore() = default;
+
+absl::Status GrpcStore::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext context;
+  context.set_deadline(ToChrono(absl::Now() + kSetTimeout));
+  context.set_wait_for_ready(true);
+  rpc::SetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  rpc::SetResponse response;
+  return FromGrpc(impl_->stub->Set(&context, request, &response));
+}
+
+absl::StatusOr<std::string> GrpcStore::Get(const std::string& key,
+                                           absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(ToChrono(deadline));
+  context.set_wait_for_ready(true);
+  rpc::GetRequest request;
+  request.set_key(key);
+  request.set_timeout_ms(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+  rpc::GetResponse response;
+  grpc::Status s = impl_->stub->Get(&context, request, &response);
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("rendezvous: key '", key, "' was not set in time"));
+  }
+  if (!s.ok()) return FromGrpc(s);
+  return std::move(*response.mutable_value());
+}
+
+}  // namespace octet

@@ -1,0 +1,161 @@
+// collective_rank: one rank of a Gloo group, as its own process, for
+// communicator_test. Connects through the rendezvous store at --store, runs
+// --scenario and exits 0 when every check holds (1 otherwise, 2 on bad
+// flags), printing what it found.
+//
+//   collectives  all-reduce sum and max, all-gather, broadcast and barrier
+//                on inputs whose results are exact, checked exactly
+//   die          rank --victim exits in the middle of the run (as a crashed
+//                worker would); the others must see an error, not hang
+//   stall        rank --victim stops answering (sleeps for 3 timeouts); the
+//                others must fail within the timeout
+//   absent       expects connecting to fail with DeadlineExceeded (a rank
+//                of the group is never started)
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "parallel/communicator.h"
+#include "parallel/store.h"
+
+ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
+ABSL_FLAG(int32_t, rank, -1, "this rank");
+ABSL_FLAG(int32_t, size, 0, "ranks in the group");
+ABSL_FLAG(std::string, group, "test", "group name");
+ABSL_FLAG(int32_t, timeout_ms, 10000, "collective timeout");
+ABSL_FLAG(std::string, scenario, "collectives", "collectives, die or absent");
+ABSL_FLAG(int32_t, victim, 1, "die: the rank that exits");
+
+namespace octet {
+namespace {
+
+int failures = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "rank %d: FAILED %s\n", absl::GetFlag(FLAGS_rank),
+                 what.c_str());
+  }
+}
+
+void CheckOk(const absl::Status& s, const std::string& what) {
+  Check(s.ok(), absl::StrCat(what, ": ", s.ToString()));
+}
+
+int Collectives(Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  // Sums of small integers are exact in binary32, in any order.
+  std::vector<float> sum(1000);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = float(i % 97) * (r + 1);
+  CheckOk(comm.AllReduceSum(sum.data(), sum.size()), "AllReduceSum");
+  const float ranks_sum = n * (n + 1) / 2.0f;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    if (sum[i] != float(i % 97) * ranks_sum) {
+      Check(false, absl::StrCat("sum[", i, "] = ", sum[i]));
+      break;
+    }
+  }
+  // Max: the largest rank's value wins, and NaN loses to any number.
+  std::vector<float> max = {float(r), -float(r), r == 0 ? NAN : 1.0f, 0.5f};
+  CheckOk(comm.AllReduceMax(max.data(), max.size()), "AllReduceMax");
+  Check(max[0] == float(n - 1) && max[1] == 0.0f &&
+            max[2] == (n > 1 ? 1.0f : max[2]) && max[3] == 0.5f,
+        absl::StrCat("max = ", max[0], " ", max[1], " ", max[2], " ", max[3]));
+  // A single float, as the FP8 absmax all-reduce sends.
+  float absmax = 10.0f + r;
+  CheckOk(comm.AllReduceMax(&absmax, 1), "AllReduceMax(1)");
+  Check(absmax == 10.0f + (n - 1), absl::StrCat("absmax = ", absmax));
+
+  std::vector<float> mine = {float(r), float(100 + r), float(-r)};
+  std::vector<float> all(3 * n, -1.0f);
+  CheckOk(comm.AllGather(mine.data(), 3, all.data()), "AllGather");
+  for (int q = 0; q < n; ++q) {
+    Check(all[3 * q] == q && all[3 * q + 1] == 100 + q && all[3 * q + 2] == -q,
+          absl::StrCat("all-gather slot ", q));
+  }
+  std::string bytes = r == n - 1 ? "from the last rank" : std::string(18, '?');
+  CheckOk(comm.Broadcast(bytes.data(), bytes.size(), n - 1), "Broadcast");
+  Check(bytes == "from the last rank", "broadcast payload: " + bytes);
+  CheckOk(comm.Barrier(), "Barrier");
+  return failures == 0 ? 0 : 1;
+}
+
+int Die(Communicator& comm, bool stall) {
+  const int victim = absl::GetFlag(FLAGS_victim);
+  float x = 1.0f;
+  CheckOk(comm.AllReduceSum(&x, 1), "first all-reduce");
+  if (comm.rank() == victim) {
+    if (stall) {
+      absl::SleepFor(absl::Milliseconds(3 * absl::GetFlag(FLAGS_timeout_ms)));
+    }
+    _exit(0);  // gone without a word
+  }
+  const absl::Time start = absl::Now();
+  absl::Status s;
+  for (int i = 0; i < 10 && s.ok(); ++i) s = comm.AllReduceSum(&x, 1);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("rank %d: after the peer died: %s (%.2f s)\n", comm.rank(),
+              s.ToString().c_str(), seconds);
+  Check(!s.ok(), "a collective with a dead peer succeeded");
+  // Silence is a timeout; a closed connection is an unavailable peer.
+  const absl::StatusCode want = stall ? absl::StatusCode::kDeadlineExceeded
+                                      : absl::StatusCode::kUnavailable;
+  Check(s.code() == want, "wrong error code");
+  Check(seconds < absl::GetFlag(FLAGS_timeout_ms) / 1000.0 + 5,
+        "the error took longer than the timeout");
+  return failures == 0 ? 0 : 1;
+}
+
+int Main() {
+  const std::string address = absl::GetFlag(FLAGS_store);
+  const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
+  const std::string scenario = absl::GetFlag(FLAGS_scenario);
+  if (address.empty() || rank < 0 || size < 1) {
+    std::fprintf(stderr, "collective_rank: need --store, --rank, --size\n");
+    return 2;
+  }
+  GrpcStore store(address);
+  GlooOptions options;
+  options.group = absl::GetFlag(FLAGS_group);
+  options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  const absl::Time start = absl::Now();
+  auto comm = NewGlooCommunicator(store, rank, size, options);
+  if (scenario == "absent") {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    std::printf("rank %d: connecting without all ranks: %s (%.2f s)\n", rank,
+                comm.status().ToString().c_str(), seconds);
+    Check(comm.status().code() == absl::StatusCode::kDeadlineExceeded,
+          "expected DeadlineExceeded");
+    Check(seconds < absl::ToDoubleSeconds(options.timeout) + 5,
+          "connecting took longer than the timeout");
+    return failures == 0 ? 0 : 1;
+  }
+  if (!comm.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 comm.status().ToString().c_str());
+    return 1;
+  }
+  if (scenario == "collectives") return Collectives(**comm);
+  if (scenario == "die" || scenario == "stall") {
+    return Die(**comm, scenario == "stall");
+  }
+  std::fprintf(stderr, "collective_rank: unknown --scenario %s\n",
+               scenario.c_str());
+  return 2;
+}
+
+}  // namespace
+}  // namespace octet
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return octet::Main();
+}

@@ -1,0 +1,87 @@
+// The rendezvous store: in memory and over gRPC — values round-trip, a Get
+// waits for a later Set, and a key that never comes is a DeadlineExceeded
+// naming it, on time.
+#include "parallel/store.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/time/clock.h"
+
+namespace octet {
+namespace {
+
+void ExpectWaitsAndTimesOut(KeyValueStore& store) {
+  ASSERT_TRUE(store.Set("a", std::string("x\0y", 3)).ok());
+  auto a = store.Get("a", absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, std::string("x\0y", 3));  // bytes, not C strings
+
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_TRUE(store.Set("b", "late").ok());
+  });
+  auto b = store.Get("b", absl::Now() + absl::Seconds(10));
+  later.join();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, "late");
+
+  const absl::Time start = absl::Now();
+  auto never = store.Get("never", start + absl::Milliseconds(400));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(never.status().message().find("never"), std::string::npos)
+      << never.status();
+  EXPECT_GE(took, absl::Milliseconds(350));
+  EXPECT_LT(took, absl::Seconds(5));
+}
+
+TEST(Store, InMemory) {
+  InMemoryStore store;
+  ExpectWaitsAndTimesOut(store);
+}
+
+TEST(Store, OverGrpc) {
+  InMemoryStore backing;
+  auto server = RendezvousServer::Start("127.0.0.1:0", &backing);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcStore client((*server)->address());
+  ExpectWaitsAndTimesOut(client);
+  // The server's store holds what the client set.
+  EXPECT_EQ(*backing.Get("b", absl::Now()), "late");
+}
+
+TEST(Store, ClientWaitsForAServerThatIsNotUpYet) {
+  // Find a free port, then start the server there only after the client
+  // has begun waiting.
+  InMemoryStore backing;
+  std::string address;
+  {
+    auto probe = RendezvousServer::Start("127.0.0.1:0", &backing);
+    ASSERT_TRUE(probe.ok());
+    address = (*probe)->address();
+  }
+  std::unique_ptr<RendezvousServer> server;
+  std::thread starter([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    ASSERT_TRUE(backing.Set("k", "v").ok());
+    auto s = RendezvousServer::Start(address, &backing);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server = *std::move(s);
+  });
+  GrpcStore client(address);
+  auto v = client.Get("k", absl::Now() + absl::Seconds(20));
+  starter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+}
+
+TEST(Store, BadAddressIsAnError) {
+  InMemoryStore backing;
+  EXPECT_EQ(RendezvousServer::Start("no-port", &backing).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace octet
