@@ -25,6 +25,10 @@ for t in build/bin/*_test; do
   case "$(basename "$t")" in *cuda*) programs+=("$(basename "$t")") ;; esac
 done
 for p in "${programs[@]}"; do cp "build/bin/$p" "$out/bin/"; done
+# SentencePiece is a module the programs load from their own folder
+# (worker/sentencepiece_bridge.h).
+cp build/bin/liboctet_sentencepiece.so "$out/bin/"
+programs+=(liboctet_sentencepiece.so)
 cp scripts/gpu-check.sh "$out/"
 
 # Shared libraries to carry: everything ldd resolves except the C library

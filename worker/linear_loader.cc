@@ -1,6 +1,7 @@
 #include "worker/linear_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
 
@@ -139,10 +140,49 @@ std::vector<float> ToFloat(const TensorView& t) {
 
 namespace {
 
+// Narrows `t` to `slice`'s rows (of part `i`) and columns; a column slice is
+// copied into `staging`, which must outlive `t`.
+absl::Status SliceView(const WeightSlice& slice, size_t i, TensorView& t,
+                       std::vector<uint8_t>& staging) {
+  const size_t elem = DTypeSize(t.dtype);
+  if (!slice.rows.empty()) {
+    const auto [begin, end] = slice.rows[i];
+    if (begin < 0 || begin > end || end > t.shape[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": tensor '", t.name, "' has ", t.shape[0],
+                       " rows, no slice [", begin, ", ", end, ")"));
+    }
+    const size_t row_bytes = t.shape[1] * elem;
+    t.bytes = t.bytes.subspan(begin * row_bytes, (end - begin) * row_bytes);
+    t.shape[0] = end - begin;
+  }
+  if (slice.col_end >= 0) {
+    const int64_t begin = slice.col_begin, end = slice.col_end;
+    if (begin < 0 || begin > end || end > t.shape[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": tensor '", t.name, "' has ", t.shape[1],
+                       " columns, no slice [", begin, ", ", end, ")"));
+    }
+    const size_t width = (end - begin) * elem, row_bytes = t.shape[1] * elem;
+    staging.resize(t.shape[0] * width);
+    for (int64_t r = 0; r < t.shape[0]; ++r) {
+      std::memcpy(staging.data() + r * width,
+                  t.bytes.data() + r * row_bytes + begin * elem, width);
+    }
+    t.bytes = absl::MakeConstSpan(staging);
+    t.shape[1] = end - begin;
+  }
+  return absl::OkStatus();
+}
+
 // LoadLinear's work; it may throw std::bad_alloc.
 absl::StatusOr<LinearWeight> LoadLinearStaged(
     const Checkpoint& ckpt, const std::vector<std::string>& parts,
-    const WeightPolicy& policy, Backend& backend) {
+    const WeightPolicy& policy, Backend& backend, const WeightSlice& slice) {
+  if (!slice.rows.empty() && slice.rows.size() != parts.size()) {
+    return absl::InvalidArgumentError("LoadLinear: one row slice per part");
+  }
+  std::vector<std::vector<uint8_t>> staging(parts.size());
   std::vector<TensorView> views;
   LinearWeight w;
   for (const std::string& name : parts) {
@@ -154,9 +194,13 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
           absl::StrCat(t->file, ": tensor '", name,
                        "' is not a matrix matching its fused parts"));
     }
-    w.out += t->shape[0];
-    w.in = t->shape[1];
     views.push_back(*std::move(t));
+  }
+  for (size_t i = 0; i < views.size(); ++i) {
+    absl::Status s = SliceView(slice, i, views[i], staging[i]);
+    if (!s.ok()) return s;
+    w.out += views[i].shape[0];
+    w.in = views[i].shape[1];
   }
   const bool any_fp8 =
       std::any_of(views.begin(), views.end(),
@@ -186,8 +230,12 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
   // FP8. The fused scale: the absmax of all float parts, or the largest
   // checkpoint scale of the e4m3 parts (float parts are then measured on the
   // same footing: their absmax / 448).
+  // An FP8 checkpoint's scales are global already: every rank uses them as
+  // they are. Float parts' absmax is this slice's, or all ranks' when the
+  // policy reduces it (global weight scales).
   std::vector<float> part_scales(views.size(), 0.0f);
-  float scale = 0.0f;
+  float scale = 0.0f, float_absmax = 0.0f;
+  bool any_float = false;
   for (size_t i = 0; i < views.size(); ++i) {
     if (views[i].dtype == DType::kE4m3) {
       absl::StatusOr<float> s = ckpt.GetScalar(parts[i] + "_scale");
@@ -197,8 +245,16 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
     } else {
       absl::StatusOr<float> m = TensorAbsMax(views[i], policy.cpu);
       if (!m.ok()) return m.status();
-      scale = std::max(scale, E4m3ScaleFromAbsmax(*m).scale);
+      float_absmax = std::fmax(float_absmax, *m);
+      any_float = true;
     }
+  }
+  if (any_float) {
+    if (policy.reduce_absmax) {
+      absl::Status s = policy.reduce_absmax(&float_absmax);
+      if (!s.ok()) return s;
+    }
+    scale = std::max(scale, E4m3ScaleFromAbsmax(float_absmax).scale);
   }
   const float inv = 1.0f / scale;
   w.dtype = DType::kE4m3;
@@ -261,11 +317,12 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
 absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
                                         const std::vector<std::string>& parts,
                                         const WeightPolicy& policy,
-                                        Backend& backend) {
+                                        Backend& backend,
+                                        const WeightSlice& slice) {
   // The host staging buffers are as large as the weight; a checkpoint whose
   // (validated) shapes exceed this machine's memory fails here, not abort.
   try {
-    return LoadLinearStaged(ckpt, parts, policy, backend);
+    return LoadLinearStaged(ckpt, parts, policy, backend, slice);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory staging '", parts.front(), "'"));
@@ -275,7 +332,8 @@ absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
 absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
                                        const std::string& name,
                                        const WeightPolicy& policy,
-                                       Backend& backend) {
+                                       Backend& backend,
+                                       const WeightSlice& slice) {
   WeightPolicy dense = policy;
   dense.method = LinearMethod::kNone;
   absl::StatusOr<TensorView> t = ckpt.Get(name);
@@ -284,7 +342,7 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
     return absl::InvalidArgumentError(
         absl::StrCat(t->file, ": tensor '", name, "' must be a float tensor"));
   }
-  return LoadLinear(ckpt, {name}, dense, backend);
+  return LoadLinear(ckpt, {name}, dense, backend, slice);
 }
 
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,

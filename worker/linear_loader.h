@@ -10,7 +10,9 @@
 // their maximum too.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +29,11 @@ enum class LinearMethod {
 
 struct WeightPolicy {
   LinearMethod method = LinearMethod::kNone;
+  // FP8 from float weights, tensor parallelism with global weight scales:
+  // all-reduces (MAX) a fused weight's absmax across the ranks, so that every
+  // rank quantizes its slice with the scale TP=1 would use. Unset: the
+  // slice's own absmax (`local`).
+  std::function<absl::Status(float* absmax)> reduce_absmax;
   // Unquantized weights on this backend: binary32 and bfloat16 kept as they
   // are (CPU), or everything as bfloat16 (CUDA). Binary16 becomes binary32
   // on the CPU.
@@ -34,18 +41,28 @@ struct WeightPolicy {
   CpuKernelOptions cpu;  // for load-time quantization on the host
 };
 
-// The rows of `parts` (each [rows_i][in]) stacked into one weight.
+// The part of a (fused) weight a tensor-parallel rank holds: rows [first,
+// second) of each part (empty: every row of every part) and input columns
+// [col_begin, col_end) (col_end < 0: all). Only the slice is read.
+struct WeightSlice {
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  int64_t col_begin = 0, col_end = -1;
+};
+
+// The rows of `parts` (each [rows_i][in]), sliced, stacked into one weight.
 absl::StatusOr<LinearWeight> LoadLinear(const Checkpoint& ckpt,
                                         const std::vector<std::string>& parts,
                                         const WeightPolicy& policy,
-                                        Backend& backend);
+                                        Backend& backend,
+                                        const WeightSlice& slice = {});
 
 // A float table [rows][cols] (embeddings, lm_head) as an unquantized weight:
 // bfloat16 or binary32 per the policy.
 absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
                                        const std::string& name,
                                        const WeightPolicy& policy,
-                                       Backend& backend);
+                                       Backend& backend,
+                                       const WeightSlice& slice = {});
 
 // A float vector (a norm weight) as binary32 on the device.
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -67,9 +68,20 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     const Checkpoint& ckpt, Backend& backend, const ModelOptions& options) {
+  const ModelConfig& config = ckpt.config();
+  Communicator* comm = options.comm;
+  absl::StatusOr<ShardPlan> plan =
+      MakeShardPlan(config, comm != nullptr ? comm->rank() : 0,
+                    comm != nullptr ? comm->size() : 1);
+  if (!plan.ok()) return plan.status();
+  if (plan->size > 1 && backend.kind() != DeviceKind::kCpu) {
+    return absl::UnimplementedError(
+        "tensor parallelism on CUDA needs the NCCL communicator (to come)");
+  }
   std::unique_ptr<LlamaModel> m(
-      new LlamaModel(backend, ckpt.config(), options));
+      new LlamaModel(backend, config, options, *plan));
   const ModelConfig& c = m->config_;
+  const ShardPlan& sp = m->plan_;
   if (c.head_dim > backend.max_head_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
@@ -79,9 +91,28 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   policy.method = options.method;
   policy.bf16_only = backend.kind() != DeviceKind::kCpu;
   policy.cpu = options.cpu;
+  if (options.global_weight_scale && sp.size > 1) {
+    policy.reduce_absmax = [comm](float* absmax) {
+      return comm->AllReduceMax(absmax, 1);
+    };
+  }
+
+  // This rank's slices (all of it for one rank).
+  const int64_t hd = c.head_dim;
+  const WeightSlice vocab_rows{{{sp.vocab_begin, sp.vocab_begin + sp.vocab}}};
+  const std::pair<int64_t, int64_t> q_rows{sp.head_begin * hd,
+                                           (sp.head_begin + sp.heads) * hd};
+  const std::pair<int64_t, int64_t> kv_rows{
+      sp.kv_head_begin * hd, (sp.kv_head_begin + sp.kv_heads) * hd};
+  const std::pair<int64_t, int64_t> mlp_rows{
+      sp.intermediate_begin, sp.intermediate_begin + sp.intermediate};
+  const WeightSlice qkv_slice{{q_rows, kv_rows, kv_rows}};
+  const WeightSlice o_slice{{}, q_rows.first, q_rows.second};
+  const WeightSlice gate_up_slice{{mlp_rows, mlp_rows}};
+  const WeightSlice down_slice{{}, mlp_rows.first, mlp_rows.second};
 
   absl::StatusOr<LinearWeight> emb =
-      LoadTable(ckpt, "model.embed_tokens.weight", policy, backend);
+      LoadTable(ckpt, "model.embed_tokens.weight", policy, backend, vocab_rows);
   if (!emb.ok()) return emb.status();
   m->embedding_ = *std::move(emb);
   if (c.tie_word_embeddings) {
@@ -93,7 +124,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
                              m->embedding_.data.bytes());  // a view
   } else {
     absl::StatusOr<LinearWeight> head =
-        LoadTable(ckpt, "lm_head.weight", policy, backend);
+        LoadTable(ckpt, "lm_head.weight", policy, backend, vocab_rows);
     if (!head.ok()) return head.status();
     m->lm_head_ = *std::move(head);
   }
@@ -124,17 +155,20 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     struct Fused {
       LinearWeight* dst;
       std::vector<std::string> parts;
+      const WeightSlice& slice;
     };
     for (const Fused& fused :
          {Fused{&layer.qkv,
                 {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                 p + "self_attn.v_proj.weight"}},
-          Fused{&layer.o, {p + "self_attn.o_proj.weight"}},
+                 p + "self_attn.v_proj.weight"},
+                qkv_slice},
+          Fused{&layer.o, {p + "self_attn.o_proj.weight"}, o_slice},
           Fused{&layer.gate_up,
-                {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
-          Fused{&layer.down, {p + "mlp.down_proj.weight"}}}) {
+                {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                gate_up_slice},
+          Fused{&layer.down, {p + "mlp.down_proj.weight"}, down_slice}}) {
       absl::StatusOr<LinearWeight> w =
-          LoadLinear(ckpt, fused.parts, policy, backend);
+          LoadLinear(ckpt, fused.parts, policy, backend, fused.slice);
       if (!w.ok()) return w.status();
       *fused.dst = *std::move(w);
     }
@@ -145,7 +179,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewKvCache(
     const KvCacheOptions& options) const {
-  return KvCache::Create(backend_, config_.num_layers, config_.num_kv_heads,
+  return KvCache::Create(backend_, config_.num_layers, plan_.kv_heads,
                          config_.head_dim, options);
 }
 
@@ -167,19 +201,19 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   const ModelConfig& c = config_;
   const size_t act = DTypeSize(backend_.activation_dtype());
   if (tokens > s.tokens) {
-    const int64_t qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
-    const int64_t widest_in = std::max(
-        {c.hidden_size, c.num_heads * c.head_dim, c.intermediate_size});
+    const int64_t qkv = (plan_.heads + 2 * plan_.kv_heads) * c.head_dim;
+    const int64_t widest_in =
+        std::max({c.hidden_size, plan_.heads * c.head_dim, plan_.intermediate});
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.h, tokens * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.x, tokens * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.qkv, tokens * qkv * act));
     OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.attn, tokens * c.num_heads * c.head_dim * act));
+        Grow(backend_, s.attn, tokens * plan_.heads * c.head_dim * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.proj, tokens * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.gate_up, tokens * 2 * c.intermediate_size * act));
+        Grow(backend_, s.gate_up, tokens * 2 * plan_.intermediate * act));
     OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.act, tokens * c.intermediate_size * act));
+        Grow(backend_, s.act, tokens * plan_.intermediate * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.codes, tokens * widest_in));
     for (DeviceBuffer* b : {&s.ids, &s.positions, &s.slots, &s.token_seq}) {
       OCTET_RETURN_IF_ERROR(Grow(backend_, *b, tokens * sizeof(int32_t)));
@@ -192,6 +226,12 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
         Grow(backend_, s.last_hidden, seqs * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.logits, seqs * c.vocab_size * sizeof(float)));
+    if (plan_.size > 1) {
+      OCTET_RETURN_IF_ERROR(
+          Grow(backend_, s.local_logits, seqs * plan_.vocab * sizeof(float)));
+      OCTET_RETURN_IF_ERROR(
+          Grow(backend_, s.gathered, seqs * c.vocab_size * sizeof(float)));
+    }
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.greedy, seqs * sizeof(int32_t)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, seqs * sizeof(float)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
@@ -205,8 +245,16 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   return absl::OkStatus();
 }
 
+absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
+  if (plan_.size == 1) return absl::OkStatus();
+  // Tensor parallelism runs on the CPU backend only (Load checks), whose
+  // activations are host binary32.
+  return options_.comm->AllReduceSum(static_cast<float*>(x), count);
+}
+
 absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
-                                int64_t rows, const RowGroups& seqs, void* y,
+                                int64_t rows, const RowGroups& seqs,
+                                bool row_parallel, void* y,
                                 ForwardTrace* trace) {
   if (w.dtype != DType::kE4m3) {
     return backend_.Gemm(x, rows, w, y, backend_.activation_dtype());
@@ -226,6 +274,9 @@ absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
     // row-parallel layers.
     float* absmax = scratch_.absmax.as<float>();
     OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, groups, absmax));
+    if (row_parallel && plan_.size > 1 && options_.sync_activation_absmax) {
+      OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, groups.count));
+    }
     OCTET_RETURN_IF_ERROR(backend_.Quantize(
         x, rows, w.in, groups, absmax, codes, scratch_.act_scale.as<float>()));
     scale = scratch_.act_scale.as<float>();
@@ -352,14 +403,17 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
 
   const DType act = backend_.activation_dtype();
   const int64_t h = c.hidden_size, hd = c.head_dim;
-  const int64_t q_width = c.num_heads * hd, kv_width = c.num_kv_heads * hd;
+  const int64_t heads = plan_.heads, kv_heads = plan_.kv_heads;
+  const int64_t q_width = heads * hd, kv_width = kv_heads * hd;
   const int64_t qkv_width = q_width + 2 * kv_width;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const RowGroups seqs{num_seqs, meta.token_seq};
 
+  // Each rank embeds the ids in its vocabulary rows (zeros elsewhere).
   OCTET_RETURN_IF_ERROR(backend_.Embedding(
-      embedding_.data.data(), embedding_.dtype, embedding_.out, h, 0,
-      s.ids.as<int32_t>(), tokens, s.h.data()));
+      embedding_.data.data(), embedding_.dtype, embedding_.out, h,
+      plan_.vocab_begin, s.ids.as<int32_t>(), tokens, s.h.data()));
+  OCTET_RETURN_IF_ERROR(AllReduceSum(s.h.data(), tokens * h));
   if (trace != nullptr) {
     trace->layer_rms.clear();
     trace->codes.clear();
@@ -369,32 +423,33 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     const Layer& layer = layers_[l];
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
-    OCTET_RETURN_IF_ERROR(
-        Linear(layer.qkv, s.x.data(), tokens, seqs, s.qkv.data(), trace));
+    OCTET_RETURN_IF_ERROR(Linear(layer.qkv, s.x.data(), tokens, seqs, false,
+                                 s.qkv.data(), trace));
     void* q = s.qkv.data();
     void* k = Offset(q, q_width, act);
     void* v = Offset(q, q_width + kv_width, act);
-    OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, c.num_heads, hd, qkv_width,
+    OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads, hd, qkv_width,
                                         meta.positions, inv_freq_.as<float>()));
-    OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, c.num_kv_heads, hd,
-                                        qkv_width, meta.positions,
-                                        inv_freq_.as<float>()));
-    OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, c.num_kv_heads, hd,
-                                           meta, cache.k(l), cache.v(l)));
-    OCTET_RETURN_IF_ERROR(
-        backend_.Attention(q, qkv_width, c.num_heads, c.num_kv_heads, hd, meta,
-                           cache.k(l), cache.v(l), s.attn.data()));
-    OCTET_RETURN_IF_ERROR(
-        Linear(layer.o, s.attn.data(), tokens, seqs, s.proj.data(), trace));
+    OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, kv_heads, hd, qkv_width,
+                                        meta.positions, inv_freq_.as<float>()));
+    OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, kv_heads, hd, meta,
+                                           cache.k(l), cache.v(l)));
+    OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
+                                             meta, cache.k(l), cache.v(l),
+                                             s.attn.data()));
+    OCTET_RETURN_IF_ERROR(Linear(layer.o, s.attn.data(), tokens, seqs, true,
+                                 s.proj.data(), trace));
+    OCTET_RETURN_IF_ERROR(AllReduceSum(s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
     OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs,
-                                 s.gate_up.data(), trace));
+                                 false, s.gate_up.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
-                                           c.intermediate_size, s.act.data()));
-    OCTET_RETURN_IF_ERROR(
-        Linear(layer.down, s.act.data(), tokens, seqs, s.proj.data(), trace));
+                                           plan_.intermediate, s.act.data()));
+    OCTET_RETURN_IF_ERROR(Linear(layer.down, s.act.data(), tokens, seqs, true,
+                                 s.proj.data(), trace));
+    OCTET_RETURN_IF_ERROR(AllReduceSum(s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     if (trace != nullptr) {
       std::vector<uint8_t> host(tokens * h * DTypeSize(act));
@@ -416,8 +471,25 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h,
                                             s.last_rows.as<int32_t>(), num_seqs,
                                             s.last_hidden.data()));
-  return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
-                       s.logits.data(), DType::kF32);
+  if (plan_.size == 1) {
+    return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
+                         s.logits.data(), DType::kF32);
+  }
+  // Vocabulary-parallel lm_head: each rank's [seqs][vocab / size] logits,
+  // gathered as [size][seqs][vocab / size], laid out as [seqs][vocab].
+  OCTET_RETURN_IF_ERROR(backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
+                                      s.local_logits.data(), DType::kF32));
+  const int64_t part = num_seqs * plan_.vocab;
+  OCTET_RETURN_IF_ERROR(options_.comm->AllGather(s.local_logits.as<float>(),
+                                                 part, s.gathered.as<float>()));
+  for (int r = 0; r < plan_.size; ++r) {
+    for (int64_t q = 0; q < num_seqs; ++q) {
+      std::memcpy(s.logits.as<float>() + q * c.vocab_size + r * plan_.vocab,
+                  s.gathered.as<float>() + r * part + q * plan_.vocab,
+                  plan_.vocab * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace octet

@@ -12,6 +12,9 @@
 //
 // One forward serves any mix of sequences: prompt chunks (prefill) and
 // single tokens (decode), each with its own position and block table.
+// With tensor parallelism every rank of the group calls Forward with the
+// same steps; each holds its slice of the weights and of the KV heads, and
+// every rank returns the whole logits.
 // Not thread-safe: one worker thread drives a model and its cache.
 #pragma once
 
@@ -22,15 +25,27 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "parallel/communicator.h"
 #include "worker/checkpoint.h"
 #include "worker/kv_cache.h"
 #include "worker/linear_loader.h"
+#include "worker/shard_plan.h"
 
 namespace octet {
 
 struct ModelOptions {
   LinearMethod method = LinearMethod::kNone;
   CpuKernelOptions cpu;  // load-time quantization on the host
+  // Tensor parallelism: this rank's group, which must outlive the model
+  // (null: one rank). The model holds the rank's slice (worker/shard_plan.h)
+  // and runs the group's collectives inside Forward.
+  Communicator* comm = nullptr;
+  // FP8 from float weights: quantize each rank's slice with the scale of the
+  // whole weight (all-reduced absmax, as TP=1 would) instead of its own.
+  bool global_weight_scale = false;
+  // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
+  // that every rank uses the same scale. Off only to measure its cost.
+  bool sync_activation_absmax = true;
 };
 
 // One sequence's share of a forward pass.
@@ -60,6 +75,7 @@ class LlamaModel {
       const Checkpoint& ckpt, Backend& backend, const ModelOptions& options);
 
   const ModelConfig& config() const { return config_; }
+  const ShardPlan& plan() const { return plan_; }
   Backend& backend() const { return backend_; }
   LinearMethod method() const { return options_.method; }
 
@@ -95,23 +111,30 @@ class LlamaModel {
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     DeviceBuffer ids, positions, slots, token_seq, tables, last_rows;
     DeviceBuffer last_hidden, logits, greedy;
+    DeviceBuffer local_logits, gathered;  // tensor parallelism
   };
 
   LlamaModel(Backend& backend, const ModelConfig& config,
-             const ModelOptions& options)
-      : backend_(backend), config_(config), options_(options) {}
+             const ModelOptions& options, const ShardPlan& plan)
+      : backend_(backend), config_(config), options_(options), plan_(plan) {}
   // The forward pass; leaves the binary32 logits [steps][vocab] in
   // scratch_.logits on the device.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
                    ForwardTrace* trace);
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
   // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
+  // `row_parallel`: x is this rank's slice of the input (o_proj, down_proj).
   absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
-                      const RowGroups& seqs, void* y, ForwardTrace* trace);
+                      const RowGroups& seqs, bool row_parallel, void* y,
+                      ForwardTrace* trace);
+  // Sums `count` activations across the ranks (row-parallel outputs,
+  // embeddings); nothing on one rank.
+  absl::Status AllReduceSum(void* x, int64_t count);
 
   Backend& backend_;
   const ModelConfig config_;
   const ModelOptions options_;
+  const ShardPlan plan_;  // this rank's slice (everything when TP = 1)
   LinearWeight embedding_;
   LinearWeight lm_head_;  // a view of embedding_ when tied
   DeviceBuffer final_norm_;

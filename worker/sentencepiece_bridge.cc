@@ -1,4 +1,7 @@
-// See sentencepiece_bridge.h: no abseil header may be included here.
+// The SentencePiece module (liboctet_sentencepiece.so): the only code that
+// includes SentencePiece's headers or links its library. See
+// sentencepiece_bridge.h for why it is a module of its own, and why no
+// abseil header may be included here.
 #include "worker/sentencepiece_bridge.h"
 
 #include <sentencepiece_processor.h>
@@ -46,10 +49,8 @@ class VectorIterator : public sentencepiece::SentenceIterator {
   size_t i_ = 0;
 };
 
-}  // namespace
-
-std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,
-                                         std::string* error) {
+std::unique_ptr<Processor> Load(const std::string& serialized,
+                                std::string* error) {
   auto p = std::make_unique<SpProcessor>();
   const auto status = p->sp.LoadFromSerializedProto(serialized);
   if (!status.ok()) {
@@ -59,9 +60,9 @@ std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,
   return p;
 }
 
-bool TrainBpe(const std::vector<std::string>& sentences,
-              const TrainOptions& options, std::string* serialized,
-              std::string* error) {
+bool Train(const std::vector<std::string>& sentences,
+           const TrainOptions& options, std::string* serialized,
+           std::string* error) {
   std::string symbols;
   for (const std::string& s : options.user_defined_symbols) {
     if (!symbols.empty()) symbols += ',';
@@ -94,4 +95,12 @@ bool TrainBpe(const std::vector<std::string>& sentences,
   return status.ok();
 }
 
+constexpr Api kApi = {kApiVersion, &Load, &Train};
+
+}  // namespace
 }  // namespace octet::sp_bridge
+
+extern "C" __attribute__((visibility("default"))) const octet::sp_bridge::Api*
+OctetSentencePieceApi() {
+  return &octet::sp_bridge::kApi;
+}

@@ -1,9 +1,16 @@
-// Internal: the only translation unit that includes SentencePiece's headers.
+// Internal: SentencePiece behind a std-only interface, in a module of its
+// own (liboctet_sentencepiece.so, built from sentencepiece_bridge.cc) that
+// is loaded at run time with its own symbol scope (sentencepiece_loader.cc).
 //
-// sentencepiece_processor.h declares `namespace absl { using
-// std::string_view; }`, which collides with abseil's own absl::string_view
-// in any file that includes both. So SentencePiece is wrapped here behind a
-// std-only interface, and worker/tokenizer.h (absl-based) builds on it.
+// Two reasons. Debian's libsentencepiece carries and exports its own copy of
+// protobuf (3.14, "builtin_pb"), whose symbols clash with the system
+// protobuf (3.21) that gRPC links: in one symbol scope SentencePiece's
+// generated code binds to the wrong protobuf and aborts at start. Loaded
+// with RTLD_LOCAL | RTLD_DEEPBIND it resolves to its own copy, and the rest
+// of the program never sees it. And sentencepiece_processor.h declares
+// `namespace absl { using std::string_view; }`, which collides with
+// abseil's absl::string_view in any file that includes both, so
+// worker/tokenizer.h (absl-based) builds on this interface instead.
 #pragma once
 
 #include <memory>
@@ -44,5 +51,17 @@ struct TrainOptions {
 bool TrainBpe(const std::vector<std::string>& sentences,
               const TrainOptions& options, std::string* serialized,
               std::string* error);
+
+// The module's entry points, as the module exports them (C symbol
+// OctetSentencePieceApi). Both sides are built together from this header.
+inline constexpr int kApiVersion = 1;
+struct Api {
+  int version;
+  std::unique_ptr<Processor> (*load)(const std::string& serialized,
+                                     std::string* error);
+  bool (*train)(const std::vector<std::string>& sentences,
+                const TrainOptions& options, std::string* serialized,
+                std::string* error);
+};
 
 }  // namespace octet::sp_bridge

@@ -4,30 +4,19 @@
 #include "parallel/communicator.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "parallel/store.h"
-
-extern char** environ;
+#include "tests/process_util.h"
 
 namespace octet {
 namespace {
-
-std::string HelperPath() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
-          "collective_rank")
-      .string();
-}
 
 // Starts `ranks` of a group of `size` and returns their exit codes (-1: did
 // not end within `limit`, and was killed).
@@ -39,45 +28,15 @@ std::vector<int> RunGroup(int size, int ranks, const std::string& scenario,
   if (!server.ok()) return {};
   const std::string group =
       absl::StrCat(scenario, "-", ::getpid(), "-", size, "-", ranks);
-  std::vector<pid_t> pids;
+  std::vector<std::vector<std::string>> commands;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args = {HelperPath(),
-                                     "--store=" + (*server)->address(),
-                                     absl::StrCat("--rank=", r),
-                                     absl::StrCat("--size=", size),
-                                     "--group=" + group,
-                                     "--scenario=" + scenario,
-                                     absl::StrCat("--timeout_ms=", timeout_ms)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    EXPECT_EQ(
-        posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0)
-        << argv[0];
-    pids.push_back(pid);
+    commands.push_back(
+        {testing::SiblingProgram("collective_rank"),
+         "--store=" + (*server)->address(), absl::StrCat("--rank=", r),
+         absl::StrCat("--size=", size), "--group=" + group,
+         "--scenario=" + scenario, absl::StrCat("--timeout_ms=", timeout_ms)});
   }
-  std::vector<int> codes(pids.size(), -1);
-  const absl::Time deadline = absl::Now() + limit;
-  size_t done = 0;
-  while (done < pids.size() && absl::Now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (pids[i] == 0) continue;
-      int status = 0;
-      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-        pids[i] = 0;
-        ++done;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  for (pid_t pid : pids) {
-    if (pid == 0) continue;
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-  }
-  return codes;
+  return testing::RunTogether(commands, limit);
 }
 
 TEST(GlooCommunicator, CollectivesAreExactOnTwoAndThreeRanks) {

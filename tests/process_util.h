@@ -1,0 +1,70 @@
+// Test helper: run programs as real processes side by side (the ranks of a
+// group) and collect how each ended.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+extern char** environ;
+
+namespace octet::testing {
+
+// A program built next to the running test binary.
+inline std::string SiblingProgram(const std::string& name) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name)
+      .string();
+}
+
+// Starts every command (argv[0] is the program path) at once and waits for
+// all: the exit codes in order, 128 for a death by signal, -1 for one still
+// running after `limit` (then killed), -2 for one that could not start.
+inline std::vector<int> RunTogether(
+    const std::vector<std::vector<std::string>>& commands,
+    absl::Duration limit) {
+  std::vector<pid_t> pids(commands.size(), 0);
+  std::vector<int> codes(commands.size(), -1);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    std::vector<std::string> args = commands[i];
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pids[i], argv[0], nullptr, nullptr, argv.data(),
+                    environ) != 0) {
+      pids[i] = 0;
+      codes[i] = -2;
+    }
+  }
+  const absl::Time deadline = absl::Now() + limit;
+  bool running = true;
+  while (running && absl::Now() < deadline) {
+    running = false;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] == 0) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+        pids[i] = 0;
+      } else {
+        running = true;
+      }
+    }
+    if (running) absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (pid_t pid : pids) {
+    if (pid == 0) continue;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  return codes;
+}
+
+}  // namespace octet::testing

@@ -1,0 +1,81 @@
+// tp_rank: one tensor-parallel rank of a model, as its own process, for
+// tensor_parallel_test. Joins a Gloo group through the rendezvous store at
+// --store, loads its slice of --model, runs the prefill of three prompts
+// (recording the FP8 activation scales) and 64 greedy decode steps, and
+// writes what it saw to --out:
+//   [u64 n][n floats]  prefill logits, [prompts][vocab]
+//   [u64 n][n floats]  FP8 activation scales, per projection call and prompt
+//   [u64 n][n int32]   generated tokens, [prompts][steps]
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "kernels/cpu/backend.h"
+#include "parallel/communicator.h"
+#include "parallel/store.h"
+#include "tests/worker/tp_requests.h"
+#include "worker/checkpoint.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
+
+ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
+ABSL_FLAG(int32_t, rank, 0, "this rank");
+ABSL_FLAG(int32_t, size, 1, "ranks in the group");
+ABSL_FLAG(std::string, group, "tp", "group name");
+ABSL_FLAG(std::string, model, "", "checkpoint directory");
+ABSL_FLAG(std::string, method, "none", "none or fp8");
+ABSL_FLAG(bool, global_scale, false, "FP8 weight scales of the whole weight");
+ABSL_FLAG(std::string, out, "", "result file");
+
+namespace octet {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "tp_rank %d: %s\n", absl::GetFlag(FLAGS_rank),
+               s.ToString().c_str());
+  return 1;
+}
+
+template <typename T>
+void WriteSection(std::ofstream& out, const std::vector<T>& v) {
+  const uint64_t n = v.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof(n));
+  out.write(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
+}
+
+int Main() {
+  GrpcStore store(absl::GetFlag(FLAGS_store));
+  GlooOptions gloo;
+  gloo.group = absl::GetFlag(FLAGS_group);
+  gloo.timeout = absl::Seconds(60);
+  auto comm = NewGlooCommunicator(store, absl::GetFlag(FLAGS_rank),
+                                  absl::GetFlag(FLAGS_size), gloo);
+  if (!comm.ok()) return Fail(comm.status());
+  auto ckpt = Checkpoint::Open(absl::GetFlag(FLAGS_model));
+  if (!ckpt.ok()) return Fail(ckpt.status());
+  auto backend = NewCpuBackend();
+  ModelOptions options;
+  options.method = absl::GetFlag(FLAGS_method) == "fp8" ? LinearMethod::kFp8
+                                                        : LinearMethod::kNone;
+  options.global_weight_scale = absl::GetFlag(FLAGS_global_scale);
+  options.comm = comm->get();
+  TpResults results;
+  absl::Status s = RunTpRequests(**ckpt, *backend, options, &results);
+  if (!s.ok()) return Fail(s);
+  std::ofstream out(absl::GetFlag(FLAGS_out), std::ios::binary);
+  WriteSection(out, results.logits);
+  WriteSection(out, results.scales);
+  WriteSection(out, results.tokens);
+  return out.good() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace octet
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return octet::Main();
+}

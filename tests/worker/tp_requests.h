@@ -1,0 +1,66 @@
+// What tensor_parallel_test runs on every rank and on TP = 1 alike: load
+// the model, prefill three prompts in one forward pass (recording FP8
+// activation scales), then decode 64 greedy tokens for each.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/checkpoint.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
+
+namespace octet {
+
+struct TpResults {
+  std::vector<float> logits;    // prefill, [prompts][vocab]
+  std::vector<float> scales;    // [projection call][prompt]
+  std::vector<int32_t> tokens;  // [prompts][kTpSteps]
+};
+
+inline constexpr int64_t kTpSteps = 64;
+
+inline absl::Status RunTpRequests(const Checkpoint& ckpt, Backend& backend,
+                                  const ModelOptions& options, TpResults* out) {
+  auto model = LlamaModel::Load(ckpt, backend, options);
+  if (!model.ok()) return model.status();
+  std::vector<GenerationRequest> requests;
+  for (int64_t len : {4, 23, 40}) {
+    GenerationRequest r;
+    for (int64_t i = 0; i < len; ++i) {
+      r.prompt.push_back(static_cast<int32_t>((i * 37 + len * 11) % 300));
+    }
+    r.max_new_tokens = kTpSteps;
+    r.sampling.temperature = 0.0f;
+    requests.push_back(r);
+  }
+  auto cache = (*model)->NewKvCache({.block_size = 16, .num_blocks = 64});
+  if (!cache.ok()) return cache.status();
+  std::vector<std::vector<int32_t>> tables(requests.size());
+  std::vector<SequenceStep> steps;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::Status s = (*cache)->Reserve(requests[i].prompt.size(), &tables[i]);
+    if (!s.ok()) return s;
+    steps.push_back({requests[i].prompt, 0, &tables[i]});
+  }
+  ForwardTrace trace;
+  trace.record_codes = true;
+  absl::Status s = (*model)->Forward(steps, **cache, &out->logits, &trace);
+  if (!s.ok()) return s;
+  for (const std::vector<float>& call : trace.scales) {
+    out->scales.insert(out->scales.end(), call.begin(), call.end());
+  }
+  for (auto& t : tables) {
+    s = (*cache)->Release(&t);
+    if (!s.ok()) return s;
+  }
+  auto generated = Generate(**model, **cache, requests);
+  if (!generated.ok()) return generated.status();
+  for (const GenerationResult& g : *generated) {
+    out->tokens.insert(out->tokens.end(), g.tokens.begin(), g.tokens.end());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace octet
