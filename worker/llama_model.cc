@@ -274,7 +274,7 @@ absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
     // row-parallel layers.
     float* absmax = scratch_.absmax.as<float>();
     OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, groups, absmax));
-    if (row_parallel && plan_.size > 1 && options_.sync_activation_absmax) {
+    if (row_parallel && plan_.size > 1 && sync_absmax_) {
       OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, groups.count));
     }
     OCTET_RETURN_IF_ERROR(backend_.Quantize(

@@ -96,6 +96,11 @@ class LlamaModel {
   absl::Status ForwardGreedy(absl::Span<const SequenceStep> steps,
                              KvCache& cache, std::vector<int32_t>* tokens);
 
+  // Turns the row-parallel FP8 absmax all-reduce on or off (starts as
+  // ModelOptions::sync_activation_absmax). Off, ranks may quantize with
+  // different scales: for measuring the sync's cost only.
+  void set_sync_activation_absmax(bool on) { sync_absmax_ = on; }
+
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
 
@@ -116,7 +121,11 @@ class LlamaModel {
 
   LlamaModel(Backend& backend, const ModelConfig& config,
              const ModelOptions& options, const ShardPlan& plan)
-      : backend_(backend), config_(config), options_(options), plan_(plan) {}
+      : backend_(backend),
+        config_(config),
+        options_(options),
+        plan_(plan),
+        sync_absmax_(options.sync_activation_absmax) {}
   // The forward pass; leaves the binary32 logits [steps][vocab] in
   // scratch_.logits on the device.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
@@ -135,6 +144,7 @@ class LlamaModel {
   const ModelConfig config_;
   const ModelOptions options_;
   const ShardPlan plan_;  // this rank's slice (everything when TP = 1)
+  bool sync_absmax_ = true;
   LinearWeight embedding_;
   LinearWeight lm_head_;  // a view of embedding_ when tied
   DeviceBuffer final_norm_;
