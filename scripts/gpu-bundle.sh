@@ -22,7 +22,7 @@ mkdir -p "$out/bin" "$out/lib"
 # Every gpu-labelled test program, the benchmarks and the CLI.
 programs=(bench_gemm bench_decode octet)
 for t in build/bin/*_test; do
-  case "$(basename "$t")" in *cuda*) programs+=("$(basename "$t")") ;; esac
+  case "$(basename "$t")" in *cuda*|*nccl*) programs+=("$(basename "$t")") ;; esac
 done
 for p in "${programs[@]}"; do cp "build/bin/$p" "$out/bin/"; done
 # SentencePiece is a module the programs load from their own folder
