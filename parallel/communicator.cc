@@ -149,16 +149,7 @@ class GlooCommunicator : public Communicator {
     return AllReduce(data, count, &MaxFloats, "AllReduceMax");
   }
   absl::Status AllGather(const float* in, int64_t count, float* out) override {
-    if (count < 0) return absl::InvalidArgumentError("AllGather: count < 0");
-    if (count == 0) return absl::OkStatus();
-    return Run("AllGather", rank(), [&] {
-      gloo::AllgatherOptions opts(context_);
-      opts.setInput(const_cast<float*>(in), count);
-      opts.setOutput(out, count * size());
-      opts.setTag(next_tag_++);
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-    });
+    return Gather(in, count, out, "AllGather");
   }
   absl::Status Broadcast(void* data, int64_t bytes, int root) override {
     if (bytes < 0 || root < 0 || root >= size()) {
@@ -185,6 +176,23 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
+  // AllGather, with `what` naming the collective in errors.
+  absl::Status Gather(const float* in, int64_t count, float* out,
+                      const char* what) {
+    if (count < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
+    }
+    if (count == 0) return absl::OkStatus();
+    return Run(what, rank(), [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<float*>(in), count);
+      opts.setOutput(out, count * size());
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+  }
+
   absl::Status AllReduce(float* data, int64_t count,
                          gloo::AllreduceOptions::Func fn, const char* what) {
     if (count < 0) {
@@ -196,7 +204,7 @@ class GlooCommunicator : public Communicator {
       // local reduction in rank order, the same on every rank, costs one
       // ring pass instead of an all-reduce's two; latency is what counts.
       gathered_.resize(count * size());
-      absl::Status s = AllGather(data, count, gathered_.data());
+      absl::Status s = Gather(data, count, gathered_.data(), what);
       if (!s.ok()) return s;
       std::copy(gathered_.begin(), gathered_.begin() + count, data);
       for (int r = 1; r < size(); ++r) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "kernels/cpu/backend.h"
 #include "parallel/communicator.h"
 #include "parallel/store.h"
@@ -74,9 +75,13 @@ class TensorParallelTest : public ::testing::Test {
     return r;
   }
 
-  // Every rank's results, from `size` tp_rank processes.
+  // Every rank's results, from `size` tp_rank processes; `extra` flags go
+  // to every rank, and `codes_out` (when set) receives the exit codes
+  // instead of their being checked.
   std::vector<TpResults> Group(const char* preset, int size,
-                               const std::string& method, bool global) {
+                               const std::string& method, bool global,
+                               const std::vector<std::string>& extra = {},
+                               std::vector<int>* codes_out = nullptr) {
     InMemoryStore store;
     auto server = RendezvousServer::Start("127.0.0.1:0", &store);
     EXPECT_TRUE(server.ok()) << server.status();
@@ -91,9 +96,14 @@ class TensorParallelTest : public ::testing::Test {
            "--model=" + Dir(preset), "--method=" + method,
            absl::StrCat("--global_scale=", global ? "true" : "false"),
            "--out=" + (*base_ / absl::StrCat(tag, ".", r)).string()});
+      commands.back().insert(commands.back().end(), extra.begin(), extra.end());
     }
     const std::vector<int> codes =
         testing::RunTogether(commands, absl::Seconds(300));
+    if (codes_out != nullptr) {
+      *codes_out = codes;
+      return {};
+    }
     EXPECT_EQ(codes, std::vector<int>(size, 0)) << tag;
     std::vector<TpResults> results(size);
     for (int r = 0; r < size; ++r) {
@@ -208,6 +218,28 @@ TEST_F(TensorParallelTest, Fp8LocalScalesDriftIsReported) {
   }
   // Every rank still agrees with the others (the logits are gathered).
   EXPECT_EQ(ranks[0].tokens, ranks[1].tokens);
+}
+
+TEST_F(TensorParallelTest, ARankLostMidRunFailsTheOthersWithinTheTimeout) {
+  // Rank 1 of 2 leaves between the prefill and decoding: it exits (rank 0
+  // sees a closed connection) or stalls (rank 0 sees silence, with a 2 s
+  // collective timeout). Rank 0 must fail (exit 1, the collective's error on
+  // its stderr), well within the test's limit.
+  for (bool stall : {false, true}) {
+    std::vector<int> codes;
+    const absl::Time start = absl::Now();
+    Group("tiny", 2, "fp8", false,
+          {"--victim=1", absl::StrCat("--stall=", stall ? "true" : "false"),
+           "--timeout_ms=2000"},
+          &codes);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    EXPECT_EQ(codes, (std::vector<int>{1, 0})) << "stall " << stall;
+    EXPECT_LT(seconds, 60) << "stall " << stall;
+    std::printf(
+        "[ measured ] TP=2, rank 1 %s after the prefill: rank 0 failed; whole "
+        "run %.1f s\n",
+        stall ? "stalls" : "exits", seconds);
+  }
 }
 
 TEST_F(TensorParallelTest, AShapeThatDoesNotDivideIsAnErrorNamingIt) {

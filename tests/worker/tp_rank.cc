@@ -6,6 +6,8 @@
 //   [u64 n][n floats]  prefill logits, [prompts][vocab]
 //   [u64 n][n floats]  FP8 activation scales, per projection call and prompt
 //   [u64 n][n int32]   generated tokens, [prompts][steps]
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/time/clock.h"
 #include "kernels/cpu/backend.h"
 #include "parallel/communicator.h"
 #include "parallel/store.h"
@@ -29,6 +32,11 @@ ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(std::string, method, "none", "none or fp8");
 ABSL_FLAG(bool, global_scale, false, "FP8 weight scales of the whole weight");
 ABSL_FLAG(std::string, out, "", "result file");
+ABSL_FLAG(int32_t, victim, -1,
+          "this rank leaves after the prefill: exits, or with --stall "
+          "stops answering for three timeouts");
+ABSL_FLAG(bool, stall, false, "the victim stalls instead of exiting");
+ABSL_FLAG(int32_t, timeout_ms, 60000, "collective timeout");
 
 namespace octet {
 namespace {
@@ -50,7 +58,7 @@ int Main() {
   GrpcStore store(absl::GetFlag(FLAGS_store));
   GlooOptions gloo;
   gloo.group = absl::GetFlag(FLAGS_group);
-  gloo.timeout = absl::Seconds(60);
+  gloo.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   auto comm = NewGlooCommunicator(store, absl::GetFlag(FLAGS_rank),
                                   absl::GetFlag(FLAGS_size), gloo);
   if (!comm.ok()) return Fail(comm.status());
@@ -63,8 +71,19 @@ int Main() {
   options.global_weight_scale = absl::GetFlag(FLAGS_global_scale);
   options.comm = comm->get();
   TpResults results;
-  absl::Status s = RunTpRequests(**ckpt, *backend, options, &results);
-  if (!s.ok()) return Fail(s);
+  const bool victim = absl::GetFlag(FLAGS_victim) == absl::GetFlag(FLAGS_rank);
+  const absl::Time start = absl::Now();
+  absl::Status s = RunTpRequests(**ckpt, *backend, options, &results, [&] {
+    if (!victim) return;
+    if (absl::GetFlag(FLAGS_stall)) absl::SleepFor(3 * gloo.timeout);
+    _exit(0);
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "tp_rank %d: failed after %.2f s\n",
+                 absl::GetFlag(FLAGS_rank),
+                 absl::ToDoubleSeconds(absl::Now() - start));
+    return Fail(s);
+  }
   std::ofstream out(absl::GetFlag(FLAGS_out), std::ios::binary);
   WriteSection(out, results.logits);
   WriteSection(out, results.scales);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,8 +22,11 @@ struct TpResults {
 
 inline constexpr int64_t kTpSteps = 64;
 
-inline absl::Status RunTpRequests(const Checkpoint& ckpt, Backend& backend,
-                                  const ModelOptions& options, TpResults* out) {
+// `after_prefill`, when set, runs between the prefill and decoding (the
+// tests' way to make a rank die mid-run).
+inline absl::Status RunTpRequests(
+    const Checkpoint& ckpt, Backend& backend, const ModelOptions& options,
+    TpResults* out, const std::function<void()>& after_prefill = {}) {
   auto model = LlamaModel::Load(ckpt, backend, options);
   if (!model.ok()) return model.status();
   std::vector<GenerationRequest> requests;
@@ -55,6 +59,7 @@ inline absl::Status RunTpRequests(const Checkpoint& ckpt, Backend& backend,
     s = (*cache)->Release(&t);
     if (!s.ok()) return s;
   }
+  if (after_prefill) after_prefill();
   auto generated = Generate(**model, **cache, requests);
   if (!generated.ok()) return generated.status();
   for (const GenerationResult& g : *generated) {
