@@ -183,6 +183,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewKvCache(
                          config_.head_dim, options);
 }
 
+const LinearWeight& LlamaModel::projection(int64_t layer, int which) const {
+  const Layer& l = layers_.at(layer);
+  switch (which) {
+    case 0:
+      return l.qkv;
+    case 1:
+      return l.o;
+    case 2:
+      return l.gate_up;
+    default:
+      return l.down;
+  }
+}
+
 uint64_t LlamaModel::WeightBytes() const {
   uint64_t total = embedding_.data.bytes() + final_norm_.bytes();
   if (!config_.tie_word_embeddings) total += lm_head_.data.bytes();
@@ -443,8 +457,8 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
-    OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs,
-                                 false, s.gate_up.data(), trace));
+    OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs, false,
+                                 s.gate_up.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
                                            plan_.intermediate, s.act.data()));
     OCTET_RETURN_IF_ERROR(Linear(layer.down, s.act.data(), tokens, seqs, true,

@@ -101,6 +101,10 @@ class LlamaModel {
   // different scales: for measuring the sync's cost only.
   void set_sync_activation_absmax(bool on) { sync_absmax_ = on; }
 
+  // A layer's projection as this rank holds it (for inspection: tests,
+  // tools). `which`: 0 qkv, 1 o, 2 gate_up, 3 down.
+  const LinearWeight& projection(int64_t layer, int which) const;
+
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
 

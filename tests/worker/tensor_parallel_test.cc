@@ -2,7 +2,8 @@
 // rank, Gloo over loopback): TP = 2 and 4 against TP = 1 on the tiny presets.
 //   unquantized: logits within binary32 summation tolerance, the same 64
 //     greedy tokens;
-//   FP8 with global weight scales: every rank's activation scales agree bit
+//   FP8 with global weight scales: every rank's weight codes and scales are
+//     its cut of TP = 1's bit for bit; its activation scales agree bit
 //     for bit, equal TP = 1's until the first row-parallel sum and stay
 //     within 1e-5 of them after it; the same 64 greedy tokens;
 //   FP8 with local weight scales: how far TP = 2 drifts (reported).
@@ -110,7 +111,9 @@ class TensorParallelTest : public ::testing::Test {
       std::ifstream in(*base_ / absl::StrCat(tag, ".", r), std::ios::binary);
       EXPECT_TRUE(ReadSection(in, &results[r].logits) &&
                   ReadSection(in, &results[r].scales) &&
-                  ReadSection(in, &results[r].tokens))
+                  ReadSection(in, &results[r].tokens) &&
+                  ReadSection(in, &results[r].weight_codes) &&
+                  ReadSection(in, &results[r].weight_scales))
           << tag << " rank " << r;
     }
     return results;
@@ -120,6 +123,47 @@ class TensorParallelTest : public ::testing::Test {
 };
 
 fs::path* TensorParallelTest::base_ = nullptr;
+
+// The codes a rank should hold, cut from TP = 1's weights (all layers'
+// projections concatenated, as TpResults::weight_codes has them).
+std::vector<uint8_t> ExpectedShard(const ModelConfig& c, const ShardPlan& p,
+                                   const std::vector<uint8_t>& one) {
+  const int64_t hd = c.head_dim, h = c.hidden_size, in = c.intermediate_size;
+  std::vector<uint8_t> out;
+  size_t at = 0;
+  // Rows [r0, r1) of a [rows][cols] matrix starting at `base`.
+  auto rows = [&](size_t base, int64_t cols, int64_t r0, int64_t r1) {
+    out.insert(out.end(), one.begin() + base + r0 * cols,
+               one.begin() + base + r1 * cols);
+  };
+  // Columns [c0, c1) of every row of a [rows][cols] matrix.
+  auto cols = [&](size_t base, int64_t n, int64_t width, int64_t c0,
+                  int64_t c1) {
+    for (int64_t r = 0; r < n; ++r) {
+      out.insert(out.end(), one.begin() + base + r * width + c0,
+                 one.begin() + base + r * width + c1);
+    }
+  };
+  const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    rows(at, h, p.head_begin * hd, (p.head_begin + p.heads) * hd);
+    rows(at + q_rows * h, h, p.kv_head_begin * hd,
+         (p.kv_head_begin + p.kv_heads) * hd);
+    rows(at + (q_rows + kv_rows) * h, h, p.kv_head_begin * hd,
+         (p.kv_head_begin + p.kv_heads) * hd);
+    at += (q_rows + 2 * kv_rows) * h;
+    cols(at, h, q_rows, p.head_begin * hd, (p.head_begin + p.heads) * hd);
+    at += h * q_rows;
+    rows(at, h, p.intermediate_begin, p.intermediate_begin + p.intermediate);
+    rows(at + in * h, h, p.intermediate_begin,
+         p.intermediate_begin + p.intermediate);
+    at += 2 * in * h;
+    cols(at, h, in, p.intermediate_begin,
+         p.intermediate_begin + p.intermediate);
+    at += h * in;
+  }
+  return out;
+}
 
 TEST_F(TensorParallelTest, UnquantizedMatchesOneRank) {
   for (const char* preset : {"tiny", "tiny-mistral"}) {
@@ -159,10 +203,25 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
   for (const char* preset : {"tiny", "tiny-mistral"}) {
     const TpResults one = Single(preset, LinearMethod::kFp8);
     ASSERT_FALSE(one.scales.empty());
+    ASSERT_FALSE(one.weight_codes.empty());
     for (int size : {2, 4}) {
       if (std::string(preset) == "tiny-mistral" && size == 4) continue;
       const std::vector<TpResults> ranks = Group(preset, size, "fp8", true);
       ASSERT_EQ(ranks[0].scales.size(), one.scales.size());
+      // Weights: each rank's codes are exactly its cut of TP = 1's, with
+      // TP = 1's scales.
+      auto ckpt = Checkpoint::Open(Dir(preset));
+      ASSERT_TRUE(ckpt.ok());
+      for (int r = 0; r < size; ++r) {
+        auto plan = MakeShardPlan((*ckpt)->config(), r, size);
+        ASSERT_TRUE(plan.ok());
+        EXPECT_EQ(ranks[r].weight_scales, one.weight_scales)
+            << preset << " TP=" << size << " rank " << r;
+        EXPECT_TRUE(ranks[r].weight_codes ==
+                    ExpectedShard((*ckpt)->config(), *plan, one.weight_codes))
+            << preset << " TP=" << size << " rank " << r
+            << ": weight codes differ from TP=1's";
+      }
       size_t exact = 0;
       double worst = 0;
       for (size_t i = 0; i < one.scales.size(); ++i) {

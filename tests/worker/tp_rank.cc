@@ -88,6 +88,8 @@ int Main() {
   WriteSection(out, results.logits);
   WriteSection(out, results.scales);
   WriteSection(out, results.tokens);
+  WriteSection(out, results.weight_codes);
+  WriteSection(out, results.weight_scales);
   return out.good() ? 0 : 1;
 }
 

@@ -18,6 +18,10 @@ struct TpResults {
   std::vector<float> logits;    // prefill, [prompts][vocab]
   std::vector<float> scales;    // [projection call][prompt]
   std::vector<int32_t> tokens;  // [prompts][kTpSteps]
+  // FP8: every projection's codes as this rank holds them, layer by layer
+  // (qkv, o, gate_up, down), and their scales.
+  std::vector<uint8_t> weight_codes;
+  std::vector<float> weight_scales;
 };
 
 inline constexpr int64_t kTpSteps = 64;
@@ -29,6 +33,21 @@ inline absl::Status RunTpRequests(
     TpResults* out, const std::function<void()>& after_prefill = {}) {
   auto model = LlamaModel::Load(ckpt, backend, options);
   if (!model.ok()) return model.status();
+  if (options.method == LinearMethod::kFp8) {
+    for (int64_t l = 0; l < ckpt.config().num_layers; ++l) {
+      for (int which = 0; which < 4; ++which) {
+        const LinearWeight& w = (*model)->projection(l, which);
+        const size_t at = out->weight_codes.size();
+        out->weight_codes.resize(at + w.data.bytes());
+        float scale = 0;
+        absl::Status s = backend.CopyToHost(out->weight_codes.data() + at,
+                                            w.data.data(), w.data.bytes());
+        if (s.ok()) s = backend.CopyToHost(&scale, w.scale.data(), 4);
+        if (!s.ok()) return s;
+        out->weight_scales.push_back(scale);
+      }
+    }
+  }
   std::vector<GenerationRequest> requests;
   for (int64_t len : {4, 23, 40}) {
     GenerationRequest r;
