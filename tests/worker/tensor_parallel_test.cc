@@ -26,6 +26,7 @@
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/tp_requests.h"
+#include "worker/fp8_export.h"
 #include "worker/synthetic.h"
 
 namespace octet {
@@ -53,6 +54,10 @@ class TensorParallelTest : public ::testing::Test {
                                            (*base_ / preset).string())
                       .ok());
     }
+    // An FP8 checkpoint (vLLM layout, per-tensor weight_scale per part).
+    ASSERT_TRUE(ExportFp8Checkpoint((*base_ / "tiny").string(),
+                                    (*base_ / "tiny-fp8").string())
+                    .ok());
   }
   static void TearDownTestSuite() {
     fs::remove_all(*base_);
@@ -253,6 +258,29 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
           one.tokens.size(), static_cast<long long>(kTpSteps));
       EXPECT_EQ(ranks[0].tokens, one.tokens) << preset << " TP=" << size;
     }
+  }
+}
+
+TEST_F(TensorParallelTest, Fp8CheckpointScalesAreUsedAsTheyAreOnEveryShard) {
+  // An FP8 checkpoint's weights are cut, not requantized: with its global
+  // scales every rank holds exactly its cut of TP = 1's codes, with TP = 1's
+  // scales, whatever the weight-scale option.
+  const TpResults one = Single("tiny-fp8", LinearMethod::kFp8);
+  ASSERT_FALSE(one.weight_codes.empty());
+  auto ckpt = Checkpoint::Open(Dir("tiny-fp8"));
+  ASSERT_TRUE(ckpt.ok());
+  for (int size : {2, 4}) {
+    const std::vector<TpResults> ranks = Group("tiny-fp8", size, "fp8", false);
+    for (int r = 0; r < size; ++r) {
+      auto plan = MakeShardPlan((*ckpt)->config(), r, size);
+      ASSERT_TRUE(plan.ok());
+      EXPECT_EQ(ranks[r].weight_scales, one.weight_scales)
+          << "TP=" << size << " rank " << r;
+      EXPECT_TRUE(ranks[r].weight_codes ==
+                  ExpectedShard((*ckpt)->config(), *plan, one.weight_codes))
+          << "TP=" << size << " rank " << r;
+    }
+    EXPECT_EQ(ranks[0].tokens, one.tokens) << "TP=" << size;
   }
 }
 
