@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -157,7 +158,7 @@ class GlooCommunicator : public Communicator {
           "Broadcast: ", bytes, " bytes from root ", root, " of ", size()));
     }
     if (bytes == 0) return absl::OkStatus();
-    return Run("Broadcast", rank(), [&] {
+    return Call("Broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
       opts.setOutput(static_cast<uint8_t*>(data), bytes);
       opts.setRoot(root);
@@ -167,7 +168,7 @@ class GlooCommunicator : public Communicator {
     });
   }
   absl::Status Barrier() override {
-    return Run("Barrier", rank(), [&] {
+    return Call("Barrier", [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTag(next_tag_++);
       opts.setTimeout(timeout_);
@@ -183,7 +184,7 @@ class GlooCommunicator : public Communicator {
       return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
     }
     if (count == 0) return absl::OkStatus();
-    return Run(what, rank(), [&] {
+    return Call(what, [&] {
       gloo::AllgatherOptions opts(context_);
       opts.setInput(const_cast<float*>(in), count);
       opts.setOutput(out, count * size());
@@ -212,7 +213,7 @@ class GlooCommunicator : public Communicator {
       }
       return absl::OkStatus();
     }
-    return Run(what, rank(), [&] {
+    return Call(what, [&] {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, count);
       opts.setReduceFunction(fn);
@@ -222,6 +223,20 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Runs a Gloo call; after a failure the group is broken (peers may be gone
+  // or out of step), so later calls fail at once instead of waiting out
+  // another timeout.
+  template <typename F>
+  absl::Status Call(const char* what, F&& f) {
+    if (broken_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " on rank ", rank(), ": the group failed earlier"));
+    }
+    absl::Status s = Run(what, rank(), std::forward<F>(f));
+    if (!s.ok()) broken_ = true;
+    return s;
+  }
+
   // All-reduces of at most this many floats in all go through AllGather.
   static constexpr int64_t kGatherReduceMaxFloats = 16384;
 
@@ -229,6 +244,7 @@ class GlooCommunicator : public Communicator {
   const std::chrono::milliseconds timeout_;
   uint32_t next_tag_ = 0;
   std::vector<float> gathered_;
+  bool broken_ = false;
 };
 
 }  // namespace

@@ -109,6 +109,12 @@ int Die(Communicator& comm, bool stall) {
   const absl::StatusCode want = stall ? absl::StatusCode::kDeadlineExceeded
                                       : absl::StatusCode::kUnavailable;
   Check(s.code() == want, "wrong error code");
+  // The group is broken now: the next collective fails at once.
+  const absl::Time again = absl::Now();
+  const absl::Status after = comm.AllReduceSum(&x, 1);
+  Check(after.code() == absl::StatusCode::kFailedPrecondition &&
+            absl::Now() - again < absl::Seconds(1),
+        "a collective after the failure: " + after.ToString());
   Check(seconds < absl::GetFlag(FLAGS_timeout_ms) / 1000.0 + 5,
         "the error took longer than the timeout");
   return failures == 0 ? 0 : 1;
