@@ -32,6 +32,10 @@ class Processor {
   virtual std::string IdToPiece(int id) const = 0;
 };
 
+// True when the SentencePiece module could be loaded; false with *error
+// saying where it was looked for.
+bool ModuleAvailable(std::string* error);
+
 // Loads a serialized model (the bytes of tokenizer.model); nullptr and
 // *error on failure.
 std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,

@@ -75,6 +75,12 @@ const Loaded& Module() {
 
 }  // namespace
 
+bool ModuleAvailable(std::string* error) {
+  const Loaded& m = Module();
+  if (m.api == nullptr) *error = m.error;
+  return m.api != nullptr;
+}
+
 std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,
                                          std::string* error) {
   const Loaded& m = Module();

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
     const std::string& serialized, const std::string& what) {
   std::string error;
+  if (!sp_bridge::ModuleAvailable(&error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": cannot use the tokenizer: ", error));
+  }
   std::unique_ptr<sp_bridge::Processor> p =
       sp_bridge::LoadProcessor(serialized, &error);
   if (p == nullptr) {

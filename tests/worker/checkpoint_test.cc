@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
+#include "tests/process_util.h"
 #include "worker/synthetic.h"
 #include "worker/tokenizer.h"
 #include "worker/tokenizer_corpus.h"
@@ -244,6 +247,32 @@ TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {
   EXPECT_EQ(Tokenizer::Load(dir).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Tokenizer::FromSerialized("garbage", "x").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Tokenizer, AMissingSentencePieceModuleIsAClearError) {
+  // SentencePiece is a module beside the programs (sentencepiece_bridge.h):
+  // `octet` copied away from it must say so, and where it looked.
+  const fs::path dir =
+      fs::temp_directory_path() / absl::StrCat("octet_nomodule_", ::getpid());
+  fs::create_directories(dir);
+  ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 2},
+                                       (dir / "model").string())
+                  .ok());
+  fs::copy_file(testing::SiblingProgram("octet"), dir / "octet");
+  const std::string command = absl::StrCat(
+      "env -u OCTET_SENTENCEPIECE_MODULE ", (dir / "octet").string(),
+      " generate --model ", (dir / "model").string(),
+      " --prompt hello --max_tokens 2 2> ", (dir / "stderr").string());
+  const int status = std::system(command.c_str());
+  EXPECT_NE(status, 0);
+  std::ifstream err(dir / "stderr");
+  std::stringstream text;
+  text << err.rdbuf();
+  EXPECT_NE(text.str().find("SentencePiece module liboctet_sentencepiece.so "
+                            "not found"),
+            std::string::npos)
+      << text.str();
+  fs::remove_all(dir);
 }
 
 }  // namespace
