@@ -83,23 +83,15 @@ bool ModuleAvailable(std::string* error) {
 
 std::unique_ptr<Processor> LoadProcessor(const std::string& serialized,
                                          std::string* error) {
-  const Loaded& m = Module();
-  if (m.api == nullptr) {
-    *error = m.error;
-    return nullptr;
-  }
-  return m.api->load(serialized, error);
+  if (!ModuleAvailable(error)) return nullptr;
+  return Module().api->load(serialized, error);
 }
 
 bool TrainBpe(const std::vector<std::string>& sentences,
               const TrainOptions& options, std::string* serialized,
               std::string* error) {
-  const Loaded& m = Module();
-  if (m.api == nullptr) {
-    *error = m.error;
-    return false;
-  }
-  return m.api->train(sentences, options, serialized, error);
+  if (!ModuleAvailable(error)) return false;
+  return Module().api->train(sentences, options, serialized, error);
 }
 
 }  // namespace octet::sp_bridge
