@@ -15,11 +15,13 @@
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm_args.h"
+#include "kernels/tree_sum.h"
 
 namespace octet {
 namespace {
 
 using cpu_internal::GemmKernels;
+using cpu_internal::KBlocks;
 
 // Column chunks handed to threads stay multiples of this (whole cache lines
 // of binary32 sums, whole tiles).
@@ -61,7 +63,14 @@ void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
 // Scratch buffers that grow and are kept per thread and per use, so that
 // steady-state calls allocate nothing. The calling thread also runs parallel
 // tasks, so each use has its own slot.
-enum class Scratch { kPreparedA, kSums, kConvertedB, kRowScales };
+enum class Scratch {
+  kPreparedA,
+  kPackedA,
+  kSums,
+  kConvertedB,
+  kPackedB,
+  kRowScales
+};
 
 template <Scratch kUse>
 char* ThreadScratch(size_t bytes) {
@@ -73,7 +82,8 @@ char* ThreadScratch(size_t bytes) {
 // One GEMM's operands as the driver sees them: A and B both e4m3 codes or
 // both bfloat16, or binary32 activations with binary32 or bfloat16 weights.
 // Row r of Y is scaled by scale_a[r] * scale_b (one rounding), or by
-// scale_b alone when scale_a is null (the unquantized GEMMs: 1).
+// scale_b alone when scale_a is null (the unquantized GEMMs: 1). K is cut
+// into k_blocks equal blocks, each summed on its own, added by TreeSum.
 template <typename A, typename B>
 struct Problem {
   const A* a;
@@ -83,6 +93,7 @@ struct Problem {
   float scale_b;
   void* y;
   DType y_dtype;
+  int64_t k_blocks = 1;
 };
 
 // binary32 activations -> the binary32 dot format of the scalar and AVX2
@@ -95,26 +106,62 @@ void PrepareF32(const float* x, int64_t m, int64_t k, int64_t k_pad,
   }
 }
 
+// Columns [col, col + width) of `rows` rows of the row-major [rows][ld]
+// matrix src, packed into dst ([rows][width]): one K block of A or B.
+template <typename T>
+void CopyColumns(const T* src, int64_t ld, int64_t rows, int64_t col,
+                 int64_t width, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * width, src + r * ld + col, width * sizeof(T));
+  }
+}
+
+// A[m][k] (dense) -> the kernels' dot format, dst [m][k_pad].
+template <typename A>
+void PrepareA(const GemmKernels& kern, const A* a, int64_t m, int64_t k,
+              int64_t k_pad, void* dst) {
+  if constexpr (std::is_same_v<A, uint8_t>) {
+    kern.prepare_a_e4m3(a, m, k, dst);
+  } else if constexpr (std::is_same_v<A, Bf16>) {
+    kern.prepare_a_bf16(a, m, k, dst);
+  } else {
+    static_assert(std::is_same_v<A, float>);
+    PrepareF32(a, m, k, k_pad, static_cast<float*>(dst));
+  }
+}
+
+// Every buffer with K in it holds the K blocks one after another, each
+// prepared (padded, reordered) as if it were a whole K of its own:
+// prepared A is [blocks][m][kb_pad], converted weights [blocks][rows]
+// [kb_pad], the raw sums [blocks][m][n]. One block is the plain GEMM.
 template <typename A, typename B>
 void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   constexpr bool kE4m3 = std::is_same_v<A, uint8_t>;
-  const int64_t k_pad = (p.k + kern.k_align - 1) / kern.k_align * kern.k_align;
-  const int64_t row_bytes = k_pad * static_cast<int64_t>(kern.dot_bytes);
+  const int64_t blocks = p.k_blocks;
+  const int64_t kb = p.k / blocks;
+  const int64_t kb_pad = (kb + kern.k_align - 1) / kern.k_align * kern.k_align;
+  const int64_t row_bytes = kb_pad * static_cast<int64_t>(kern.dot_bytes);
+  const int64_t a_block_bytes = p.m * row_bytes;
 
-  char* a = ThreadScratch<Scratch::kPreparedA>(p.m * row_bytes);
-  if constexpr (kE4m3) {
-    kern.prepare_a_e4m3(p.a, p.m, p.k, a);
-  } else if constexpr (std::is_same_v<A, Bf16>) {
-    kern.prepare_a_bf16(p.a, p.m, p.k, a);
+  char* a = ThreadScratch<Scratch::kPreparedA>(blocks * a_block_bytes);
+  if (blocks == 1) {
+    PrepareA(kern, p.a, p.m, p.k, kb_pad, a);
   } else {
-    static_assert(std::is_same_v<A, float>);
-    PrepareF32(p.a, p.m, p.k, k_pad, reinterpret_cast<float*>(a));
+    A* packed = reinterpret_cast<A*>(
+        ThreadScratch<Scratch::kPackedA>(p.m * kb * sizeof(A)));
+    for (int64_t j = 0; j < blocks; ++j) {
+      CopyColumns(p.a, p.k, p.m, j * kb, kb, packed);
+      PrepareA(kern, packed, p.m, kb, kb_pad, a + j * a_block_bytes);
+    }
   }
-  // The kernels write raw sums; into y itself when it is binary32.
-  float* sums = p.y_dtype == DType::kF32
+  // The kernels write raw sums; into y itself when it is binary32 and there
+  // is one block.
+  float* sums = blocks == 1 && p.y_dtype == DType::kF32
                     ? static_cast<float*>(p.y)
                     : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
-                          p.m * p.n * sizeof(float)));
+                          blocks * p.m * p.n * sizeof(float)));
+  const KBlocks raw_blocks{blocks, a_block_bytes,
+                           kb * static_cast<int64_t>(sizeof(B)), p.m * p.n};
   const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
   float* out_scale = reinterpret_cast<float*>(
       ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
@@ -122,7 +169,7 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
     out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
   }
   const bool convert = kE4m3 && p.m > cpu_internal::kStreamMaxM;
-  const int64_t converted_k = kern.converted_k_is_padded ? k_pad : p.k;
+  const int64_t converted_k = kern.converted_k_is_padded ? kb_pad : kb;
 
   int64_t chunk = (p.n + threads - 1) / threads;
   chunk = (chunk + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
@@ -135,22 +182,43 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
       if (convert) {
         // Decode each weight once into an L2-sized block, then run the
         // prepared kernel over it.
-        const int64_t block =
-            std::max<int64_t>(kColumnAlign, kConvertedBlockBytes / row_bytes);
-        char* b = ThreadScratch<Scratch::kConvertedB>(block * row_bytes);
+        const int64_t block = std::max<int64_t>(
+            kColumnAlign, kConvertedBlockBytes / (blocks * row_bytes));
+        char* b =
+            ThreadScratch<Scratch::kConvertedB>(block * blocks * row_bytes);
+        uint8_t* packed =
+            blocks == 1 ? nullptr
+                        : reinterpret_cast<uint8_t*>(
+                              ThreadScratch<Scratch::kPackedB>(block * kb));
         for (int64_t c0 = col0; c0 < col1; c0 += block) {
           const int64_t rows = std::min(block, col1 - c0);
-          kern.convert_b_e4m3(p.b + c0 * p.k, rows, p.k, b);
-          kern.prepared_rows(a, k_pad, p.m, b, k_pad, converted_k, 0, rows,
-                             sums + c0, p.n);
+          for (int64_t j = 0; j < blocks; ++j) {
+            const uint8_t* src = p.b + c0 * p.k;
+            if (blocks > 1) {
+              CopyColumns(src, p.k, rows, j * kb, kb, packed);
+              src = packed;
+            }
+            kern.convert_b_e4m3(src, rows, kb, b + j * rows * row_bytes);
+          }
+          kern.prepared_rows(
+              a, kb_pad, p.m, b, kb_pad, converted_k, 0, rows, sums + c0, p.n,
+              KBlocks{blocks, a_block_bytes, rows * row_bytes, p.m * p.n});
         }
       } else {
-        kern.e4m3_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
+        kern.e4m3_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
+                       raw_blocks);
       }
     } else if constexpr (std::is_same_v<B, Bf16>) {
-      kern.bf16_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
+      kern.bf16_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
+                     raw_blocks);
     } else {
-      kern.prepared_rows(a, k_pad, p.m, p.b, p.k, p.k, col0, col1, sums, p.n);
+      kern.prepared_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
+                         raw_blocks);
+    }
+    if (blocks > 1) {
+      for (int64_t row = 0; row < p.m; ++row) {
+        TreeSum(sums + row * p.n + col0, blocks, p.m * p.n, col1 - col0);
+      }
     }
     Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.y,
            p.y_dtype, p.n);
@@ -165,6 +233,10 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
   if (!args.ok()) return args;
   absl::StatusOr<CpuIsa> isa = cpu_internal::CheckOptions(options, what);
   if (!isa.ok()) return isa.status();
+  if (p.k_blocks < 1 || p.k % p.k_blocks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": K = ", p.k, " does not split into ", p.k_blocks, " blocks"));
+  }
   if (p.m == 0 || p.n == 0) return absl::OkStatus();
   if (p.k == 0) {  // an empty sum: Y = 0 (all-zero bits in f32 and bf16)
     std::memset(p.y, 0, p.m * p.n * DTypeSize(p.y_dtype));
@@ -205,6 +277,14 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
              options, "GemmE4m3RowScales");
 }
 
+absl::Status GemmE4m3BlockSums(const uint8_t* qa, const uint8_t* qb, int64_t m,
+                               int64_t n, int64_t k, int64_t k_blocks,
+                               float* sums, const CpuKernelOptions& options) {
+  return Run(Problem<uint8_t, uint8_t>{qa, qb, m, n, k, nullptr, 1.0f, sums,
+                                       DType::kF32, k_blocks},
+             options, "GemmE4m3BlockSums");
+}
+
 absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
                       const CpuKernelOptions& options) {
@@ -212,21 +292,28 @@ absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
              options, "GemmBf16");
 }
 
-absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
-                     int64_t n, int64_t k, float* y,
-                     const CpuKernelOptions& options) {
+absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,
+                              int64_t m, int64_t n, int64_t k, int64_t k_blocks,
+                              float* y, const CpuKernelOptions& options) {
+  const char* what = k_blocks == 1 ? "GemmF32" : "GemmF32BlockSums";
   if (b_dtype == DType::kBf16) {
     return Run(Problem<float, Bf16>{a, static_cast<const Bf16*>(b), m, n, k,
-                                    nullptr, 1.0f, y, DType::kF32},
-               options, "GemmF32");
+                                    nullptr, 1.0f, y, DType::kF32, k_blocks},
+               options, what);
   }
   if (b_dtype == DType::kF32) {
     return Run(Problem<float, float>{a, static_cast<const float*>(b), m, n, k,
-                                     nullptr, 1.0f, y, DType::kF32},
-               options, "GemmF32");
+                                     nullptr, 1.0f, y, DType::kF32, k_blocks},
+               options, what);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "GemmF32: weights must be f32 or bf16, got ", DTypeName(b_dtype)));
+      what, ": weights must be f32 or bf16, got ", DTypeName(b_dtype)));
+}
+
+absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
+                     int64_t n, int64_t k, float* y,
+                     const CpuKernelOptions& options) {
+  return GemmF32BlockSums(a, b, b_dtype, m, n, k, 1, y, options);
 }
 
 }  // namespace octet

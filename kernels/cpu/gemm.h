@@ -34,6 +34,19 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
                                int64_t n, int64_t k, void* y, DType y_dtype,
                                const CpuKernelOptions& options = {});
 
+// Tensor-parallel-invariant sums (kernels/tree_sum.h) for row-parallel
+// layers: K is cut into `k_blocks` equal blocks (k_blocks must divide K);
+// each block's dot products are computed exactly as the GEMM above computes
+// them for a K of that block alone, and the block sums are added in TreeSum
+// order. sums[M][N] is decode(qa) · decode(qb)ᵀ unscaled, so that ranks can
+// add theirs before the scales are applied; with k_blocks = 1,
+// sums · (scale_a · scale_b) (scales multiplied first) is exactly
+// GemmE4m3RowScales's binary32 result.
+absl::Status GemmE4m3BlockSums(const uint8_t* qa, const uint8_t* qb, int64_t m,
+                               int64_t n, int64_t k, int64_t k_blocks,
+                               float* sums,
+                               const CpuKernelOptions& options = {});
+
 // Y = A · Bᵀ for bfloat16 A and B; `y_dtype` is kF32 or kBf16.
 absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
@@ -46,5 +59,11 @@ absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
 absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
                      int64_t n, int64_t k, float* y,
                      const CpuKernelOptions& options = {});
+
+// GemmF32 with K cut into `k_blocks` blocks, summed as GemmE4m3BlockSums
+// does (for the unquantized row-parallel layers).
+absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,
+                              int64_t m, int64_t n, int64_t k, int64_t k_blocks,
+                              float* y, const CpuKernelOptions& options = {});
 
 }  // namespace octet

@@ -165,15 +165,16 @@ void ConvertE4m3(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
 
 template <typename W>
 void Rows(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
-          int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
+          int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
+          const KBlocks& blocks) {
   RowsDriver<kRowsPerTile, kMaxMPerTile, TileOf<W>::template Tile>(
-      a, lda, m, b, ldb, k, n0, n1, c, ldc, ldb * int64_t{sizeof(W)});
+      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, ldb * int64_t{sizeof(W)});
 }
 
 void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
                   int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
-                  int64_t ldc) {
-  Rows(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc);
+                  int64_t ldc, const KBlocks& blocks) {
+  Rows(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc, blocks);
 }
 
 }  // namespace

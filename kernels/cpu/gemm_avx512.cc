@@ -213,21 +213,23 @@ void PrepareBf16(const Bf16* a, int64_t m, int64_t k, void* dst) {
 
 void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
               int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
-              int64_t ldc) {
+              int64_t ldc, const KBlocks& blocks) {
   RowsDriver<kRowsPerTile, kMaxMPerTile, E4m3Tile>(a, lda, m, b, ldb, k, n0, n1,
-                                                   c, ldc, ldb);
+                                                   c, ldc, blocks, ldb);
 }
 
 void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
-              int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
+              int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
+              const KBlocks& blocks) {
   RowsDriver<kRowsPerTile, kMaxMPerTile, Bf16Tile>(a, lda, m, b, ldb, k, n0, n1,
-                                                   c, ldc, 2 * ldb);
+                                                   c, ldc, blocks, 2 * ldb);
 }
 
 void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
                   int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
-                  int64_t ldc) {
-  Bf16Rows(a, lda, m, static_cast<const Bf16*>(b), ldb, k, n0, n1, c, ldc);
+                  int64_t ldc, const KBlocks& blocks) {
+  Bf16Rows(a, lda, m, static_cast<const Bf16*>(b), ldb, k, n0, n1, c, ldc,
+           blocks);
 }
 
 }  // namespace

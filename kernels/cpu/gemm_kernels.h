@@ -34,13 +34,24 @@ namespace octet::cpu_internal {
 // decoding them on the fly for every group of activation rows.
 inline constexpr int kStreamMaxM = 8;
 
+// K cut into blocks that are summed separately (gemm.h, *BlockSums): block
+// j's prepared activations start at a + j * a_bytes, its weights at
+// b + j * b_bytes, and its sums go to c + j * c_floats. Each block is
+// computed exactly as a GEMM whose whole K it were. The default: one block.
+struct KBlocks {
+  int64_t count = 1;
+  int64_t a_bytes = 0, b_bytes = 0, c_floats = 0;
+};
+
 // A rows kernel: c[row * ldc + col] = sum_i a[row][i] * b[col][i] for rows
 // [0, m), columns [n_begin, n_end); a is prepared ([m][lda], lda a multiple
-// of k_align), b is [n][ldb] and k elements of each row are used.
+// of k_align), b is [n][ldb] and k elements of each row are used; so for
+// every block of `blocks`.
 template <typename W>
 using RowsKernel = void (*)(const void* a, int64_t lda, int64_t m, const W* b,
                             int64_t ldb, int64_t k, int64_t n_begin,
-                            int64_t n_end, float* c, int64_t ldc);
+                            int64_t n_end, float* c, int64_t ldc,
+                            const KBlocks& blocks);
 
 struct GemmKernels {
   int k_align;       // prepared rows are padded to a multiple of this

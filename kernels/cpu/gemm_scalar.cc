@@ -18,24 +18,32 @@ void PrepareRef(const Src* src, int64_t rows, int64_t k, void* dst) {
 }
 
 template <typename W>
-void RowsRef(const void* a_ptr, int64_t lda, int64_t m, const W* b, int64_t ldb,
-             int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc) {
-  const float* a = static_cast<const float*>(a_ptr);
-  for (int64_t col = n0; col < n1; ++col) {
-    for (int64_t row = 0; row < m; ++row) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < k; ++i) {
-        acc += a[row * lda + i] * Value(b[col * ldb + i]);
+void RowsRef(const void* a_ptr, int64_t lda, int64_t m, const W* b_ptr,
+             int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c_ptr,
+             int64_t ldc, const KBlocks& blocks) {
+  for (int64_t j = 0; j < blocks.count; ++j) {
+    const float* a = reinterpret_cast<const float*>(
+        static_cast<const char*>(a_ptr) + j * blocks.a_bytes);
+    const W* b = reinterpret_cast<const W*>(
+        reinterpret_cast<const char*>(b_ptr) + j * blocks.b_bytes);
+    float* c = c_ptr + j * blocks.c_floats;
+    for (int64_t col = n0; col < n1; ++col) {
+      for (int64_t row = 0; row < m; ++row) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < k; ++i) {
+          acc += a[row * lda + i] * Value(b[col * ldb + i]);
+        }
+        c[row * ldc + col] = acc;
       }
-      c[row * ldc + col] = acc;
     }
   }
 }
 
 void PreparedRowsRef(const void* a, int64_t lda, int64_t m, const void* b,
                      int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
-                     int64_t ldc) {
-  RowsRef(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc);
+                     int64_t ldc, const KBlocks& blocks) {
+  RowsRef(a, lda, m, static_cast<const float*>(b), ldb, k, n0, n1, c, ldc,
+          blocks);
 }
 
 }  // namespace

@@ -6,10 +6,14 @@
 // columns [col, col + NB) for activation rows [row0, row0 + MB). The driver
 // walks the columns in blocks whose weights fit in L2 (so that every group of
 // activation rows reuses them from cache), and within a block the activation
-// rows kMaxMb at a time, NB columns at a time (then one at a time).
+// rows kMaxMb at a time, NB columns at a time (then one at a time). With
+// several K blocks (gemm_kernels.h) a tile runs every block in turn before
+// the next tile, so the weight rows are still read front to back.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/gemm_kernels.h"
 
 // Fully unrolls a loop over a tile's compile-time extent, so that the
 // accumulator arrays live in registers (without it GCC 12 keeps a 4x4 tile's
@@ -34,10 +38,24 @@ void RunRowTile(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
   Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c, ldc);
 }
 
+// Tile<NB, MB> over every K block.
+template <int NB, int MB, template <int, int> class Tile, typename W>
+void RunBlocks(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
+               int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc,
+               const KBlocks& blocks) {
+  for (int64_t j = 0; j < blocks.count; ++j) {
+    RunRowTile<NB, MB, Tile>(
+        mb, static_cast<const char*>(a) + j * blocks.a_bytes, lda,
+        reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
+                                   j * blocks.b_bytes),
+        ldb, k, col, row0, c + j * blocks.c_floats, ldc);
+  }
+}
+
 template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
 void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
                 int64_t k, int64_t n_begin, int64_t n_end, float* c,
-                int64_t ldc, int64_t b_row_bytes) {
+                int64_t ldc, const KBlocks& blocks, int64_t b_row_bytes) {
   int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
   block = block < kNb ? kNb : block / kNb * kNb;
   for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
@@ -46,10 +64,12 @@ void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
       const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
       int64_t col = c0;
       for (; col + kNb <= c1; col += kNb) {
-        RunRowTile<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc);
+        RunBlocks<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
+                                     blocks);
       }
       for (; col < c1; ++col) {
-        RunRowTile<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc);
+        RunBlocks<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
+                                   blocks);
       }
     }
   }

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/fp8.h"
+#include "kernels/tree_sum.h"
 #include "tests/kernels/test_data.h"
 
 namespace octet {
@@ -169,6 +170,97 @@ TEST_P(GemmTest, RowScalesGiveEachRowWhatItGetsAlone) {
                               y.data(), DType::kF32, Options())
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Columns [begin, end) of the row-major [rows][k] matrix m: one rank's K.
+template <typename T>
+std::vector<T> KSlice(const std::vector<T>& m, int64_t rows, int64_t k,
+                      int64_t begin, int64_t end) {
+  std::vector<T> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    out.insert(out.end(), m.begin() + r * k + begin, m.begin() + r * k + end);
+  }
+  return out;
+}
+
+// What tensor parallelism relies on (kernels/tree_sum.h): K in 8 blocks on
+// one rank gives the same bits as K cut across T ranks, each summing its
+// 8 / T blocks, then TreeSum over the ranks; on both e4m3 paths (streaming,
+// M <= 8, and converted) and for block lengths that are not a multiple of
+// any vector width.
+TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
+  constexpr int64_t kBlocks = 8;
+  for (const Shape& s :
+       {Shape{1, 67, 8 * 2}, Shape{3, 33, 8 * 5}, Shape{9, 40, 8 * 16},
+        Shape{33, 67, 8 * 100}, Shape{1, 300, 8 * 256}}) {
+    const auto qa = RandomCodes(s.m * s.k, 41 + s.k);
+    const auto qb = RandomCodes(s.n * s.k, 42 + s.k);
+    const auto wb = RandomBf16(s.n * s.k, 43 + s.k);
+    std::vector<float> a(s.m * s.k);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = DecodeE4m3(qa[i]) * 0.7f;
+    std::vector<float> whole(s.m * s.n), whole_f32(s.m * s.n);
+    ASSERT_TRUE(GemmE4m3BlockSums(qa.data(), qb.data(), s.m, s.n, s.k, kBlocks,
+                                  whole.data(), Options(2))
+                    .ok());
+    ASSERT_TRUE(GemmF32BlockSums(a.data(), wb.data(), DType::kBf16, s.m, s.n,
+                                 s.k, kBlocks, whole_f32.data(), Options(2))
+                    .ok());
+    for (int64_t ranks : {2, 4, 8}) {
+      const int64_t k_rank = s.k / ranks;
+      std::vector<float> parts(ranks * s.m * s.n), parts_f32(parts.size());
+      for (int64_t r = 0; r < ranks; ++r) {
+        const int64_t begin = r * k_rank, end = begin + k_rank;
+        const auto qa_r = KSlice(qa, s.m, s.k, begin, end);
+        const auto qb_r = KSlice(qb, s.n, s.k, begin, end);
+        ASSERT_TRUE(GemmE4m3BlockSums(qa_r.data(), qb_r.data(), s.m, s.n,
+                                      k_rank, kBlocks / ranks,
+                                      parts.data() + r * s.m * s.n, Options())
+                        .ok());
+        const auto a_r = KSlice(a, s.m, s.k, begin, end);
+        const auto wb_r = KSlice(wb, s.n, s.k, begin, end);
+        ASSERT_TRUE(GemmF32BlockSums(a_r.data(), wb_r.data(), DType::kBf16, s.m,
+                                     s.n, k_rank, kBlocks / ranks,
+                                     parts_f32.data() + r * s.m * s.n,
+                                     Options())
+                        .ok());
+      }
+      TreeSum(parts.data(), ranks, s.m * s.n, s.m * s.n);
+      TreeSum(parts_f32.data(), ranks, s.m * s.n, s.m * s.n);
+      for (int64_t i = 0; i < s.m * s.n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(whole[i]),
+                  std::bit_cast<uint32_t>(parts[i]))
+            << "e4m3 M=" << s.m << " K=" << s.k << " TP=" << ranks << " at "
+            << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(whole_f32[i]),
+                  std::bit_cast<uint32_t>(parts_f32[i]))
+            << "f32 M=" << s.m << " K=" << s.k << " TP=" << ranks << " at "
+            << i;
+      }
+    }
+    // Scaled afterwards, one block is the plain GEMM.
+    const float sa = 0.37f, sb = 1.0f / 3.0f;
+    std::vector<float> sums(s.m * s.n), y(s.m * s.n);
+    ASSERT_TRUE(GemmE4m3BlockSums(qa.data(), qb.data(), s.m, s.n, s.k, 1,
+                                  sums.data(), Options())
+                    .ok());
+    ASSERT_TRUE(GemmE4m3(qa.data(), sa, qb.data(), sb, s.m, s.n, s.k, y.data(),
+                         DType::kF32, Options())
+                    .ok());
+    for (int64_t i = 0; i < s.m * s.n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(sums[i] * (sa * sb)),
+                std::bit_cast<uint32_t>(y[i]))
+          << "M=" << s.m << " K=" << s.k << " at " << i;
+    }
+  }
+  std::vector<float> y(16);
+  const std::vector<uint8_t> q(40, 0x38);
+  for (int64_t blocks : {0, 3}) {
+    EXPECT_EQ(GemmE4m3BlockSums(q.data(), q.data(), 1, 1, 10, blocks, y.data(),
+                                Options())
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << blocks;
+  }
 }
 
 TEST_P(GemmTest, NanCodesPropagate) {
