@@ -182,6 +182,24 @@ class Backend {
                                 const RowGroups& groups, int64_t rows,
                                 const LinearWeight& w, void* y) = 0;
 
+  // Row-parallel linear layers with sums that do not change with the
+  // tensor-parallel degree (kernels/tree_sum.h). Optional: backends without
+  // them answer false here and Unimplemented below.
+  //   GemmBlockSums: sums[rows][w.out] (binary32) = x·Wᵀ with K cut into
+  //   `k_blocks` equal blocks, each summed as if it were the whole K, the
+  //   block sums added in TreeSum order. For e4m3 weights x is the codes and
+  //   the sums are unscaled, so that ranks can add theirs first;
+  //   ScaleRows: y = sums · (q_scale[g] · w.scale) for each row of group g
+  //   (the two scales multiplied first: GemmE4m3's rounding), y in the
+  //   activation dtype; y may be sums itself when that is binary32.
+  virtual bool has_block_sums() const { return false; }
+  virtual absl::Status GemmBlockSums(const void* x, int64_t rows,
+                                     const LinearWeight& w, int64_t k_blocks,
+                                     float* sums);
+  virtual absl::Status ScaleRows(const float* sums, int64_t rows,
+                                 const float* q_scale, const RowGroups& groups,
+                                 const LinearWeight& w, void* y);
+
   // out[r] = the index of the largest of the `cols` binary32 values of row r
   // (logits; greedy sampling on the device, so only the ids come back):
   // lowest index on ties, NaN never largest, 0 for a row without a number.
@@ -209,6 +227,18 @@ inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     other.bytes_ = 0;
   }
   return *this;
+}
+
+inline absl::Status Backend::GemmBlockSums(const void*, int64_t,
+                                           const LinearWeight&, int64_t,
+                                           float*) {
+  return absl::UnimplementedError(Describe() + " has no GemmBlockSums");
+}
+
+inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
+                                       const RowGroups&, const LinearWeight&,
+                                       void*) {
+  return absl::UnimplementedError(Describe() + " has no ScaleRows");
 }
 
 inline DeviceBuffer::~DeviceBuffer() {

@@ -1,7 +1,6 @@
 #include "parallel/communicator.h"
 
 #include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -18,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/tree_sum.h"
 
 namespace octet {
 namespace {
@@ -116,20 +116,6 @@ absl::Status Run(const char* what, int rank, F&& f) {
   }
 }
 
-void SumFloats(void* out, const void* a, const void* b, size_t n) {
-  float* o = static_cast<float*>(out);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
-void MaxFloats(void* out, const void* a, const void* b, size_t n) {
-  float* o = static_cast<float*>(out);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = std::fmax(x[i], y[i]);
-}
-
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context,
@@ -144,10 +130,20 @@ class GlooCommunicator : public Communicator {
   }
 
   absl::Status AllReduceSum(float* data, int64_t count) override {
-    return AllReduce(data, count, &SumFloats, "AllReduceSum");
+    absl::Status s = GatherAll(data, count, "AllReduceSum");
+    if (!s.ok() || count == 0) return s;
+    TreeSum(gathered_.data(), size(), count, count);
+    std::copy(gathered_.begin(), gathered_.begin() + count, data);
+    return absl::OkStatus();
   }
   absl::Status AllReduceMax(float* data, int64_t count) override {
-    return AllReduce(data, count, &MaxFloats, "AllReduceMax");
+    absl::Status s = GatherAll(data, count, "AllReduceMax");
+    if (!s.ok() || count == 0) return s;
+    for (int r = 0; r < size(); ++r) {
+      const float* part = gathered_.data() + r * count;
+      for (int64_t i = 0; i < count; ++i) data[i] = std::fmax(data[i], part[i]);
+    }
+    return absl::OkStatus();
   }
   absl::Status AllGather(const float* in, int64_t count, float* out) override {
     return Gather(in, count, out, "AllGather");
@@ -194,33 +190,14 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  absl::Status AllReduce(float* data, int64_t count,
-                         gloo::AllreduceOptions::Func fn, const char* what) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
-    }
-    if (count == 0) return absl::OkStatus();
-    if (count * size() <= kGatherReduceMaxFloats) {
-      // Small (the FP8 absmax, decode activations): one all-gather and a
-      // local reduction in rank order, the same on every rank, costs one
-      // ring pass instead of an all-reduce's two; latency is what counts.
-      gathered_.resize(count * size());
-      absl::Status s = Gather(data, count, gathered_.data(), what);
-      if (!s.ok()) return s;
-      std::copy(gathered_.begin(), gathered_.begin() + count, data);
-      for (int r = 1; r < size(); ++r) {
-        fn(data, data, gathered_.data() + r * count, count);
-      }
-      return absl::OkStatus();
-    }
-    return Call(what, [&] {
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(data, count);
-      opts.setReduceFunction(fn);
-      opts.setTag(next_tag_++);
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
-    });
+  // Every rank's `count` values into gathered_ ([rank][count]). All-reduces
+  // are an all-gather and a local reduction, the same on every rank: one
+  // ring pass instead of an all-reduce's two (latency is what counts for the
+  // FP8 absmax and decode activations), and the sum in TreeSum order, which
+  // no Gloo all-reduce promises. Costs size() * count floats of memory.
+  absl::Status GatherAll(const float* data, int64_t count, const char* what) {
+    if (count > 0) gathered_.resize(count * size());
+    return Gather(data, count, gathered_.data(), what);
   }
 
   // Runs a Gloo call; after a failure the group is broken (peers may be gone
@@ -236,9 +213,6 @@ class GlooCommunicator : public Communicator {
     if (!s.ok()) broken_ = true;
     return s;
   }
-
-  // All-reduces of at most this many floats in all go through AllGather.
-  static constexpr int64_t kGatherReduceMaxFloats = 16384;
 
   std::shared_ptr<gloo::Context> context_;
   const std::chrono::milliseconds timeout_;

@@ -33,7 +33,10 @@ class Communicator {
   virtual std::string Describe() const = 0;
 
   // In place over `count` binary32 values: the sum, or the fmaxf maximum
-  // (a NaN loses to any number, as in absmax).
+  // (a NaN loses to any number, as in absmax). The sum adds the ranks'
+  // values in TreeSum order over ranks 0 .. size() - 1 (kernels/tree_sum.h),
+  // the same bits on every rank, so that row-parallel sums do not change
+  // with the TP degree (NCCL: NCCL's order, not TreeSum's).
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
   virtual absl::Status AllReduceMax(float* data, int64_t count) = 0;
   // out[r * count + i] = rank r's in[i] (out holds size() * count values).

@@ -11,6 +11,19 @@
 namespace octet {
 namespace {
 
+// The most K blocks of a row-parallel layer: the largest TP degree whose
+// results equal TP = 1's. Fixed, so that TP = 1 cuts K the same way.
+constexpr int64_t kMaxRowParallelBlocks = 8;
+
+// Blocks for a row-parallel K at TP degree `tp`: the largest power of two up
+// to kMaxRowParallelBlocks that divides K, `local` = 0 when tp does not
+// divide that (sums then depend on the TP degree).
+int64_t GlobalBlocks(int64_t k) {
+  int64_t blocks = kMaxRowParallelBlocks;
+  while (k % blocks != 0) blocks /= 2;
+  return blocks;
+}
+
 // Pointer `elems` activations past `p`.
 template <typename T>
 T* Offset(T* p, int64_t elems, DType dtype) {
@@ -82,6 +95,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       new LlamaModel(backend, config, options, *plan));
   const ModelConfig& c = m->config_;
   const ShardPlan& sp = m->plan_;
+  if (backend.has_block_sums() && backend.activation_dtype() == DType::kF32) {
+    for (auto [blocks, k] :
+         {std::pair{&m->o_blocks_, c.num_heads * c.head_dim},
+          std::pair{&m->down_blocks_, c.intermediate_size}}) {
+      blocks->global = GlobalBlocks(k);
+      blocks->local =
+          blocks->global % sp.size == 0 ? blocks->global / sp.size : 0;
+    }
+  }
   if (c.head_dim > backend.max_head_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
@@ -174,7 +196,38 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     }
     m->layers_.push_back(std::move(layer));
   }
+  OCTET_RETURN_IF_ERROR(m->CheckSharedWeightScales());
   return m;
+}
+
+absl::Status LlamaModel::CheckSharedWeightScales() {
+  if (plan_.size == 1 || options_.method != LinearMethod::kFp8) {
+    return absl::OkStatus();
+  }
+  // [layer][o, down] scales of this rank, then of every rank.
+  std::vector<float> mine(2 * layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (int i = 0; i < 2; ++i) {
+      const LinearWeight& w = i == 0 ? layers_[l].o : layers_[l].down;
+      if (w.dtype != DType::kE4m3) continue;  // an unquantized layer
+      OCTET_RETURN_IF_ERROR(
+          backend_.CopyToHost(&mine[2 * l + i], w.scale.data(), sizeof(float)));
+    }
+  }
+  std::vector<float> all(mine.size() * plan_.size);
+  OCTET_RETURN_IF_ERROR(
+      options_.comm->AllGather(mine.data(), mine.size(), all.data()));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (int i = 0; i < 2; ++i) {
+      bool shared = true;
+      for (int r = 0; r < plan_.size; ++r) {
+        shared = shared && all[r * mine.size() + 2 * l + i] == mine[2 * l + i];
+      }
+      (i == 0 ? layers_[l].o_scale_shared : layers_[l].down_scale_shared) =
+          shared;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewKvCache(
@@ -273,37 +326,86 @@ absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
   if (w.dtype != DType::kE4m3) {
     return backend_.Gemm(x, rows, w, y, backend_.activation_dtype());
   }
+  RowGroups groups;
+  const float* scale;
+  OCTET_RETURN_IF_ERROR(
+      QuantizeInput(w, x, rows, seqs, row_parallel, &groups, &scale, trace));
+  return backend_.GemmE4m3(scratch_.codes.as<uint8_t>(), scale, groups, rows, w,
+                           y);
+}
+
+absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
+                                           const KBlocks& blocks,
+                                           bool scale_shared, const void* x,
+                                           int64_t rows, const RowGroups& seqs,
+                                           void* y, ForwardTrace* trace) {
+  const int64_t count = rows * w.out;
+  if (blocks.local == 0) {  // sums that depend on the TP degree
+    OCTET_RETURN_IF_ERROR(Linear(w, x, rows, seqs, true, y, trace));
+    return AllReduceSum(y, count);
+  }
+  // Block sums (Load: binary32 activations), added across the ranks in
+  // TreeSum order by the communicator.
+  float* sums = static_cast<float*>(y);
+  if (w.dtype != DType::kE4m3) {
+    OCTET_RETURN_IF_ERROR(
+        backend_.GemmBlockSums(x, rows, w, blocks.local, sums));
+    return AllReduceSum(sums, count);
+  }
+  RowGroups groups;
+  const float* scale;
+  OCTET_RETURN_IF_ERROR(
+      QuantizeInput(w, x, rows, seqs, true, &groups, &scale, trace));
+  OCTET_RETURN_IF_ERROR(backend_.GemmBlockSums(scratch_.codes.as<uint8_t>(),
+                                               rows, w, blocks.local, sums));
+  // Scale once after the sum when every rank scales the same way (as one
+  // rank would); otherwise each rank scales its own part first.
+  const bool act_scale_shared =
+      plan_.size == 1 || sync_absmax_ || w.input_scale.data() != nullptr;
+  if (scale_shared && act_scale_shared) {
+    OCTET_RETURN_IF_ERROR(AllReduceSum(sums, count));
+    return backend_.ScaleRows(sums, rows, scale, groups, w, y);
+  }
+  OCTET_RETURN_IF_ERROR(backend_.ScaleRows(sums, rows, scale, groups, w, y));
+  return AllReduceSum(y, count);
+}
+
+absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const void* x,
+                                       int64_t rows, const RowGroups& seqs,
+                                       bool row_parallel, RowGroups* groups,
+                                       const float** scale,
+                                       ForwardTrace* trace) {
   const int64_t count = rows * w.in;
   uint8_t* codes = scratch_.codes.as<uint8_t>();
-  const float* scale;
-  RowGroups groups = seqs;
   if (w.input_scale.data() != nullptr) {
-    scale = w.input_scale.as<float>();
-    groups = RowGroups{};  // one static scale for every row
-    OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, scale, codes));
+    *groups = RowGroups{};  // one static scale for every row
+    *scale = w.input_scale.as<float>();
+    OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, *scale, codes));
   } else {
     // One dynamic scale per sequence (DESIGN.md), so batching does not
     // change a sequence's codes. A single rank's input is whole: its absmax
     // is the global one. Tensor parallelism all-reduces it here for
     // row-parallel layers.
+    *groups = seqs;
     float* absmax = scratch_.absmax.as<float>();
-    OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, groups, absmax));
+    OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, seqs, absmax));
     if (row_parallel && plan_.size > 1 && sync_absmax_) {
-      OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, groups.count));
+      OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, seqs.count));
     }
-    OCTET_RETURN_IF_ERROR(backend_.Quantize(
-        x, rows, w.in, groups, absmax, codes, scratch_.act_scale.as<float>()));
-    scale = scratch_.act_scale.as<float>();
+    float* dynamic = scratch_.act_scale.as<float>();
+    OCTET_RETURN_IF_ERROR(
+        backend_.Quantize(x, rows, w.in, seqs, absmax, codes, dynamic));
+    *scale = dynamic;
   }
   if (trace != nullptr && trace->record_codes) {
     trace->codes.emplace_back(count);
     OCTET_RETURN_IF_ERROR(
         backend_.CopyToHost(trace->codes.back().data(), codes, count));
-    trace->scales.emplace_back(groups.count);
+    trace->scales.emplace_back(groups->count);
     OCTET_RETURN_IF_ERROR(backend_.CopyToHost(
-        trace->scales.back().data(), scale, groups.count * sizeof(float)));
+        trace->scales.back().data(), *scale, groups->count * sizeof(float)));
   }
-  return backend_.GemmE4m3(codes, scale, groups, rows, w, y);
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
@@ -451,9 +553,9 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
                                              meta, cache.k(l), cache.v(l),
                                              s.attn.data()));
-    OCTET_RETURN_IF_ERROR(Linear(layer.o, s.attn.data(), tokens, seqs, true,
-                                 s.proj.data(), trace));
-    OCTET_RETURN_IF_ERROR(AllReduceSum(s.proj.data(), tokens * h));
+    OCTET_RETURN_IF_ERROR(
+        RowParallelLinear(layer.o, o_blocks_, layer.o_scale_shared,
+                          s.attn.data(), tokens, seqs, s.proj.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
         s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
@@ -461,9 +563,9 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
                                  s.gate_up.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
                                            plan_.intermediate, s.act.data()));
-    OCTET_RETURN_IF_ERROR(Linear(layer.down, s.act.data(), tokens, seqs, true,
-                                 s.proj.data(), trace));
-    OCTET_RETURN_IF_ERROR(AllReduceSum(s.proj.data(), tokens * h));
+    OCTET_RETURN_IF_ERROR(
+        RowParallelLinear(layer.down, down_blocks_, layer.down_scale_shared,
+                          s.act.data(), tokens, seqs, s.proj.data(), trace));
     OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
     if (trace != nullptr) {
       std::vector<uint8_t> host(tokens * h * DTypeSize(act));

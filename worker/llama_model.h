@@ -14,7 +14,12 @@
 // single tokens (decode), each with its own position and block table.
 // With tensor parallelism every rank of the group calls Forward with the
 // same steps; each holds its slice of the weights and of the KV heads, and
-// every rank returns the whole logits.
+// every rank returns the whole logits. On backends with block sums (the CPU)
+// the row-parallel layers (o_proj, down_proj) cut K into a fixed number of
+// blocks at every TP degree, TP = 1 included, and add the blocks' and the
+// ranks' sums in one fixed order (kernels/tree_sum.h), so that the logits do
+// not change with the TP degree: bit for bit unquantized and in FP8 when the
+// ranks share weight scales (global scales, FP8 checkpoints).
 // Not thread-safe: one worker thread drives a model and its cache.
 #pragma once
 
@@ -105,6 +110,13 @@ class LlamaModel {
   // tools). `which`: 0 qkv, 1 o, 2 gate_up, 3 down.
   const LinearWeight& projection(int64_t layer, int which) const;
 
+  // Whether results do not change with the TP degree (see above): false on
+  // backends without block sums, or when the TP degree does not divide the
+  // row-parallel layers' K blocks.
+  bool tp_invariant() const {
+    return o_blocks_.local > 0 && down_blocks_.local > 0;
+  }
+
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
 
@@ -112,6 +124,14 @@ class LlamaModel {
   struct Layer {
     DeviceBuffer input_norm, post_norm;  // binary32
     LinearWeight qkv, o, gate_up, down;
+    // FP8: every rank's o / down weight has the same scale, so the ranks
+    // add unscaled sums and scale once after the all-reduce.
+    bool o_scale_shared = true, down_scale_shared = true;
+  };
+  // K blocks of a row-parallel layer: `global` at every TP degree, `local`
+  // of them on this rank; local = 0: no block sums (not TP-invariant).
+  struct KBlocks {
+    int64_t global = 0, local = 0;
   };
   // Device scratch that grows with the largest forward seen.
   struct Scratch {
@@ -136,10 +156,26 @@ class LlamaModel {
                    ForwardTrace* trace);
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
   // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
-  // `row_parallel`: x is this rank's slice of the input (o_proj, down_proj).
+  // `row_parallel`: x is this rank's slice of the input.
   absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
                       const RowGroups& seqs, bool row_parallel, void* y,
                       ForwardTrace* trace);
+  // FP8: quantizes w's input x into scratch_.codes; *scale points to the
+  // device scales, one per group of *groups (the sequences, or one static
+  // scale).
+  absl::Status QuantizeInput(const LinearWeight& w, const void* x, int64_t rows,
+                             const RowGroups& seqs, bool row_parallel,
+                             RowGroups* groups, const float** scale,
+                             ForwardTrace* trace);
+  // y = x·Wᵀ summed over the ranks, for a row-parallel layer (o_proj,
+  // down_proj) whose input x is this rank's slice.
+  absl::Status RowParallelLinear(const LinearWeight& w, const KBlocks& blocks,
+                                 bool scale_shared, const void* x, int64_t rows,
+                                 const RowGroups& seqs, void* y,
+                                 ForwardTrace* trace);
+  // Records, per layer, whether every rank's FP8 o and down weights share
+  // one scale (one all-gather at load).
+  absl::Status CheckSharedWeightScales();
   // Sums `count` activations across the ranks (row-parallel outputs,
   // embeddings); nothing on one rank.
   absl::Status AllReduceSum(void* x, int64_t count);
@@ -149,6 +185,7 @@ class LlamaModel {
   const ModelOptions options_;
   const ShardPlan plan_;  // this rank's slice (everything when TP = 1)
   bool sync_absmax_ = true;
+  KBlocks o_blocks_, down_blocks_;
   LinearWeight embedding_;
   LinearWeight lm_head_;  // a view of embedding_ when tied
   DeviceBuffer final_norm_;

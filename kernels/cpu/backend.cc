@@ -204,17 +204,41 @@ class CpuBackend : public Backend {
       return octet::GemmE4m3(q, *q_scale, w.data.as<uint8_t>(), w_scale, rows,
                              w.out, w.in, y, DType::kF32, options_);
     }
-    auto ranges = GroupRanges(rows, groups, "GemmE4m3");
-    if (!ranges.ok()) return ranges.status();
-    row_scales_.resize(rows);
-    for (int64_t g = 0; g < groups.count; ++g) {
-      const auto [begin, end] = (*ranges)[g];
-      std::fill(row_scales_.begin() + begin, row_scales_.begin() + end,
-                q_scale[g]);
-    }
+    absl::Status s = SpreadRowScales(rows, q_scale, groups, "GemmE4m3");
+    if (!s.ok()) return s;
     return octet::GemmE4m3RowScales(q, row_scales_.data(), w.data.as<uint8_t>(),
                                     w_scale, rows, w.out, w.in, y, DType::kF32,
                                     options_);
+  }
+  bool has_block_sums() const override { return true; }
+  absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
+                             int64_t k_blocks, float* sums) override {
+    if (w.dtype == DType::kE4m3) {
+      return octet::GemmE4m3BlockSums(static_cast<const uint8_t*>(x),
+                                      w.data.as<uint8_t>(), rows, w.out, w.in,
+                                      k_blocks, sums, options_);
+    }
+    return GemmF32BlockSums(static_cast<const float*>(x), w.data.data(),
+                            w.dtype, rows, w.out, w.in, k_blocks, sums,
+                            options_);
+  }
+  absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
+                         const RowGroups& groups, const LinearWeight& w,
+                         void* y) override {
+    if (w.dtype != DType::kE4m3) {
+      return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
+    }
+    absl::Status s = SpreadRowScales(rows, q_scale, groups, "ScaleRows");
+    if (!s.ok()) return s;
+    const float w_scale = *w.scale.as<float>();
+    float* out = static_cast<float*>(y);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float scale = row_scales_[r] * w_scale;
+      for (int64_t c = 0; c < w.out; ++c) {
+        out[r * w.out + c] = sums[r * w.out + c] * scale;
+      }
+    }
+    return absl::OkStatus();
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                       int32_t* out) override {
@@ -237,10 +261,24 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // row_scales_[r] = q_scale[g] for each row r of group g.
+  absl::Status SpreadRowScales(int64_t rows, const float* q_scale,
+                               const RowGroups& groups, const char* what) {
+    auto ranges = GroupRanges(rows, groups, what);
+    if (!ranges.ok()) return ranges.status();
+    row_scales_.resize(rows);
+    for (int64_t g = 0; g < groups.count; ++g) {
+      const auto [begin, end] = (*ranges)[g];
+      std::fill(row_scales_.begin() + begin, row_scales_.begin() + end,
+                q_scale[g]);
+    }
+    return absl::OkStatus();
+  }
+
   const CpuKernelOptions options_;
   const int threads_;
   absl::flat_hash_map<void*, size_t> sizes_;
-  std::vector<float> row_scales_;  // GemmE4m3's per-row activation scales
+  std::vector<float> row_scales_;  // per-row activation scales
 };
 
 }  // namespace
