@@ -18,8 +18,45 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/tree_sum.h"
+#include "parallel/gather_reduce.h"
+#include "parallel/shm_communicator.h"
 
 namespace octet {
+namespace parallel_internal {
+
+absl::Status GatherReduceCommunicator::Gather(const float* in, int64_t count,
+                                              float* out, const char* what) {
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
+  }
+  if (count == 0) return absl::OkStatus();
+  return GatherFloats(in, count, out, what);
+}
+
+absl::Status GatherReduceCommunicator::AllReduceSum(float* data,
+                                                    int64_t count) {
+  if (count > 0) gathered_.resize(count * size());
+  absl::Status s = Gather(data, count, gathered_.data(), "AllReduceSum");
+  if (!s.ok() || count == 0) return s;
+  TreeSum(gathered_.data(), size(), count, count);
+  std::copy(gathered_.begin(), gathered_.begin() + count, data);
+  return absl::OkStatus();
+}
+
+absl::Status GatherReduceCommunicator::AllReduceMax(float* data,
+                                                    int64_t count) {
+  if (count > 0) gathered_.resize(count * size());
+  absl::Status s = Gather(data, count, gathered_.data(), "AllReduceMax");
+  if (!s.ok() || count == 0) return s;
+  for (int r = 0; r < size(); ++r) {
+    const float* part = gathered_.data() + r * count;
+    for (int64_t i = 0; i < count; ++i) data[i] = std::fmax(data[i], part[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace parallel_internal
+
 namespace {
 
 class SingleRankCommunicator : public Communicator {
@@ -116,7 +153,7 @@ absl::Status Run(const char* what, int rank, F&& f) {
   }
 }
 
-class GlooCommunicator : public Communicator {
+class GlooCommunicator : public parallel_internal::GatherReduceCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context,
                    absl::Duration timeout)
@@ -129,25 +166,6 @@ class GlooCommunicator : public Communicator {
     return absl::StrCat("gloo tcp, rank ", rank(), " of ", size());
   }
 
-  absl::Status AllReduceSum(float* data, int64_t count) override {
-    absl::Status s = GatherAll(data, count, "AllReduceSum");
-    if (!s.ok() || count == 0) return s;
-    TreeSum(gathered_.data(), size(), count, count);
-    std::copy(gathered_.begin(), gathered_.begin() + count, data);
-    return absl::OkStatus();
-  }
-  absl::Status AllReduceMax(float* data, int64_t count) override {
-    absl::Status s = GatherAll(data, count, "AllReduceMax");
-    if (!s.ok() || count == 0) return s;
-    for (int r = 0; r < size(); ++r) {
-      const float* part = gathered_.data() + r * count;
-      for (int64_t i = 0; i < count; ++i) data[i] = std::fmax(data[i], part[i]);
-    }
-    return absl::OkStatus();
-  }
-  absl::Status AllGather(const float* in, int64_t count, float* out) override {
-    return Gather(in, count, out, "AllGather");
-  }
   absl::Status Broadcast(void* data, int64_t bytes, int root) override {
     if (bytes < 0 || root < 0 || root >= size()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -173,13 +191,8 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
-  // AllGather, with `what` naming the collective in errors.
-  absl::Status Gather(const float* in, int64_t count, float* out,
-                      const char* what) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
-    }
-    if (count == 0) return absl::OkStatus();
+  absl::Status GatherFloats(const float* in, int64_t count, float* out,
+                            const char* what) override {
     return Call(what, [&] {
       gloo::AllgatherOptions opts(context_);
       opts.setInput(const_cast<float*>(in), count);
@@ -188,16 +201,6 @@ class GlooCommunicator : public Communicator {
       opts.setTimeout(timeout_);
       gloo::allgather(opts);
     });
-  }
-
-  // Every rank's `count` values into gathered_ ([rank][count]). All-reduces
-  // are an all-gather and a local reduction, the same on every rank: one
-  // ring pass instead of an all-reduce's two (latency is what counts for the
-  // FP8 absmax and decode activations), and the sum in TreeSum order, which
-  // no Gloo all-reduce promises. Costs size() * count floats of memory.
-  absl::Status GatherAll(const float* data, int64_t count, const char* what) {
-    if (count > 0) gathered_.resize(count * size());
-    return Gather(data, count, gathered_.data(), what);
   }
 
   // Runs a Gloo call; after a failure the group is broken (peers may be gone
@@ -217,7 +220,6 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   const std::chrono::milliseconds timeout_;
   uint32_t next_tag_ = 0;
-  std::vector<float> gathered_;
   bool broken_ = false;
 };
 
@@ -250,6 +252,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   if (!s.ok()) return s;
   return std::unique_ptr<Communicator>(
       new GlooCommunicator(std::move(context), options.timeout));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
+    KeyValueStore& store, int rank, int size, const std::string& transport,
+    const std::string& group, absl::Duration timeout) {
+  if (transport == "gloo") {
+    return NewGlooCommunicator(store, rank, size,
+                               GlooOptions{.group = group, .timeout = timeout});
+  }
+  if (transport == "shm") {
+    return NewShmCommunicator(store, rank, size,
+                              ShmOptions{.group = group, .timeout = timeout});
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CPU transport '", transport, "' (gloo or shm)"));
 }
 
 }  // namespace octet

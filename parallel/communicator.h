@@ -1,6 +1,6 @@
 // Collectives between the ranks of one tensor-parallel group, behind one
-// interface (DESIGN.md): Gloo over TCP for CPU ranks, single-rank for TP=1
-// (no work), and NCCL for GPU ranks (to come).
+// interface (DESIGN.md): Gloo over TCP or shared memory for CPU ranks,
+// single-rank for TP=1 (no work), and NCCL for GPU ranks.
 //
 // Rules for every implementation:
 //  - Every rank calls the same collectives in the same order with the same
@@ -66,5 +66,12 @@ struct GlooOptions {
 // options.timeout.
 absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     KeyValueStore& store, int rank, int size, const GlooOptions& options);
+
+// A group of CPU ranks over `transport`: "gloo" (TCP, ranks on any hosts)
+// or "shm" (shared memory, ranks on one host: parallel/shm_communicator.h).
+// InvalidArgument naming the transport otherwise.
+absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
+    KeyValueStore& store, int rank, int size, const std::string& transport,
+    const std::string& group, absl::Duration timeout);
 
 }  // namespace octet

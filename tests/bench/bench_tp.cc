@@ -1,9 +1,12 @@
-// bench_tp: tensor parallelism on the CPU over Gloo (loopback TCP).
+// bench_tp: tensor parallelism on the CPU, over Gloo (loopback TCP) and
+// over shared memory.
 //
 //   bench_tp --model DIR --tp 2 [--steps 32] [--quantization fp8]
+//            [--transports gloo,shm]
 //
 // Starts a rendezvous store and one process per rank (this program again,
-// with --rank), first for TP = 1 and then for TP = --tp, each process with
+// with --rank), first for TP = 1 and then for TP = --tp over each transport
+// in turn, each process with
 // --threads_per_rank CPU threads (default: the cores divided by the ranks).
 // Rank 0 of each group prints:
 //   - the latency of a 1-float all-reduce (MAX: the FP8 absmax sync) and of
@@ -25,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "kernels/cpu/backend.h"
 #include "parallel/communicator.h"
 #include "parallel/store.h"
@@ -37,6 +41,10 @@ ABSL_FLAG(int32_t, tp, 2, "tensor-parallel degree to compare with TP=1");
 ABSL_FLAG(int32_t, steps, 32, "timed decode steps");
 ABSL_FLAG(std::string, quantization, "fp8", "none or fp8");
 ABSL_FLAG(int32_t, threads_per_rank, 0, "CPU threads per rank; 0 = cores/tp");
+ABSL_FLAG(std::string, transports, "gloo,shm",
+          "collectives between the ranks at TP > 1, each run in turn: gloo "
+          "(loopback TCP), shm (shared memory)");
+ABSL_FLAG(std::string, transport, "", "internal: this group's transport");
 // Set by the parent for the rank processes.
 ABSL_FLAG(int32_t, rank, -1, "internal: this process's rank");
 ABSL_FLAG(int32_t, size, 0, "internal: ranks in the group");
@@ -100,9 +108,9 @@ int Rank() {
     comm = NewSingleRankCommunicator();
   } else {
     GrpcStore store(absl::GetFlag(FLAGS_store));
-    GlooOptions o;
-    o.group = absl::StrCat("bench-", size);
-    auto c = NewGlooCommunicator(store, rank, size, o);
+    auto c =
+        NewCpuCommunicator(store, rank, size, absl::GetFlag(FLAGS_transport),
+                           absl::StrCat("bench-", size), absl::Seconds(60));
     if (!c.ok()) return Fail(c.status());
     comm = *std::move(c);
   }
@@ -167,11 +175,12 @@ int Rank() {
     const double ms = Median(step_ms), off = Median(off_ms),
                  in_sync = Median(sync_ms);
     std::printf(
-        "TP=%d (%s, %d threads/rank): all-reduce 1 float %.1f us, %lld "
+        "TP=%d %s (%s, %d threads/rank): all-reduce 1 float %.1f us, %lld "
         "floats %.1f us; decode %.2f ms/step = %.2f tokens/s; without the "
         "absmax all-reduce %.2f ms/step, so it costs %.1f%% of the step "
         "(time inside it, waits for the slower rank included: %.2f ms)\n",
-        size, absl::GetFlag(FLAGS_quantization).c_str(),
+        size, size == 1 ? "" : absl::GetFlag(FLAGS_transport).c_str(),
+        absl::GetFlag(FLAGS_quantization).c_str(),
         threads == 0 ? static_cast<int>(std::thread::hardware_concurrency())
                      : threads,
         Median(one_ms) * 1e3, static_cast<long long>(c.hidden_size),
@@ -189,7 +198,17 @@ int Parent() {
     return 2;
   }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  for (int size : {1, tp}) {
+  std::vector<std::pair<int, std::string>> groups = {{1, ""}};
+  for (absl::string_view t :
+       absl::StrSplit(absl::GetFlag(FLAGS_transports), ',')) {
+    if (t != "gloo" && t != "shm") {
+      std::fprintf(stderr, "bench_tp: unknown transport '%s' (gloo, shm)\n",
+                   std::string(t).c_str());
+      return 2;
+    }
+    groups.push_back({tp, std::string(t)});
+  }
+  for (const auto& [size, transport] : groups) {
     InMemoryStore store;
     auto server = RendezvousServer::Start("127.0.0.1:0", &store);
     if (!server.ok()) return Fail(server.status());
@@ -197,14 +216,14 @@ int Parent() {
     if (threads == 0) threads = std::max(1, cores / size);
     std::vector<std::vector<std::string>> commands;
     for (int r = 0; r < size; ++r) {
-      commands.push_back({testing::SiblingProgram("bench_tp"),
-                          "--model=" + absl::GetFlag(FLAGS_model),
-                          absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
-                          "--quantization=" + absl::GetFlag(FLAGS_quantization),
-                          absl::StrCat("--threads_per_rank=", threads),
-                          absl::StrCat("--rank=", r),
-                          absl::StrCat("--size=", size),
-                          "--store=" + (*server)->address()});
+      commands.push_back(
+          {testing::SiblingProgram("bench_tp"),
+           "--model=" + absl::GetFlag(FLAGS_model),
+           absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+           "--quantization=" + absl::GetFlag(FLAGS_quantization),
+           absl::StrCat("--threads_per_rank=", threads),
+           absl::StrCat("--rank=", r), absl::StrCat("--size=", size),
+           "--transport=" + transport, "--store=" + (*server)->address()});
     }
     std::fflush(stdout);
     const std::vector<int> codes =

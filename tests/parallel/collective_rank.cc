@@ -1,10 +1,12 @@
-// collective_rank: one rank of a Gloo group, as its own process, for
-// communicator_test. Connects through the rendezvous store at --store, runs
+// collective_rank: one rank of a group (--transport gloo or shm), as its own
+// process, for communicator_test. Connects through the rendezvous store at
+// --store, runs
 // --scenario and exits 0 when every check holds (1 otherwise, 2 on bad
 // flags), printing what it found.
 //
 //   collectives  all-reduce sum and max, all-gather, broadcast and barrier
-//                on inputs whose results are exact, checked exactly
+//                on inputs whose results are exact, checked exactly; the
+//                sum's order (TreeSum) checked bit for bit
 //   die          rank --victim exits in the middle of the run (as a crashed
 //                worker would); the others must see an error, not hang
 //   stall        rank --victim stops answering (sleeps for 3 timeouts); the
@@ -22,7 +24,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/tree_sum.h"
 #include "parallel/communicator.h"
+#include "parallel/shm_communicator.h"
 #include "parallel/store.h"
 
 ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
@@ -32,6 +36,9 @@ ABSL_FLAG(std::string, group, "test", "group name");
 ABSL_FLAG(int32_t, timeout_ms, 10000, "collective timeout");
 ABSL_FLAG(std::string, scenario, "collectives", "collectives, die or absent");
 ABSL_FLAG(int32_t, victim, 1, "die: the rank that exits");
+ABSL_FLAG(std::string, transport, "gloo", "gloo or shm");
+ABSL_FLAG(int32_t, slot_bytes, 256,
+          "shm: bytes per exchange (small, so that collectives take several)");
 
 namespace octet {
 namespace {
@@ -63,6 +70,18 @@ int Collectives(Communicator& comm) {
       break;
     }
   }
+  // The order of the sum: TreeSum over the ranks, bit for bit. With four
+  // ranks (1 + 2^-24) + (2^-24 - 1) = 2^-24, where adding in rank order
+  // gives 0.
+  const float parts[4] = {1.0f, 0x1p-24f, 0x1p-24f, -1.0f};
+  std::vector<float> expected(n);
+  for (int q = 0; q < n; ++q) expected[q] = parts[q % 4];
+  TreeSum(expected.data(), n, 1, 1);
+  float ordered = parts[r % 4];
+  CheckOk(comm.AllReduceSum(&ordered, 1), "AllReduceSum (order)");
+  Check(ordered == expected[0] && (n != 4 || ordered == 0x1p-24f),
+        absl::StrCat("sum order: got ", ordered, ", TreeSum gives ",
+                     expected[0]));
   // Max: the largest rank's value wins, and NaN loses to any number.
   std::vector<float> max = {float(r), -float(r), r == 0 ? NAN : 1.0f, 0.5f};
   CheckOk(comm.AllReduceMax(max.data(), max.size()), "AllReduceMax");
@@ -129,18 +148,26 @@ int Main() {
     return 2;
   }
   GrpcStore store(address);
-  GlooOptions options;
-  options.group = absl::GetFlag(FLAGS_group);
-  options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  const std::string group = absl::GetFlag(FLAGS_group);
+  const absl::Duration timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  const std::string transport = absl::GetFlag(FLAGS_transport);
   const absl::Time start = absl::Now();
-  auto comm = NewGlooCommunicator(store, rank, size, options);
+  // shm with small slots, so that collectives take several exchanges.
+  auto comm =
+      transport == "shm"
+          ? NewShmCommunicator(store, rank, size,
+                               {.group = group,
+                                .timeout = timeout,
+                                .slot_bytes = absl::GetFlag(FLAGS_slot_bytes)})
+          : NewCpuCommunicator(store, rank, size, transport, group, timeout);
   if (scenario == "absent") {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     std::printf("rank %d: connecting without all ranks: %s (%.2f s)\n", rank,
                 comm.status().ToString().c_str(), seconds);
     Check(comm.status().code() == absl::StatusCode::kDeadlineExceeded,
           "expected DeadlineExceeded");
-    Check(seconds < absl::ToDoubleSeconds(options.timeout) + 5,
+    Check(seconds < absl::ToDoubleSeconds(timeout) + 5,
           "connecting took longer than the timeout");
     return failures == 0 ? 0 : 1;
   }

@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU between real processes (one tp_rank per
-// rank, Gloo over loopback): TP = 2 and 4 against TP = 1 on the tiny presets.
+// rank, Gloo over loopback; FP8 and lost ranks over shared memory too): TP =
+// 2 and 4 against TP = 1 on the tiny presets.
 // Row-parallel sums are TP-invariant (kernels/tree_sum.h), so:
 //   unquantized: every logit equal to TP = 1's bit for bit, the same 64
 //     greedy tokens;
@@ -90,12 +91,13 @@ class TensorParallelTest : public ::testing::Test {
   std::vector<TpResults> Group(const char* preset, int size,
                                const std::string& method, bool global,
                                const std::vector<std::string>& extra = {},
-                               std::vector<int>* codes_out = nullptr) {
+                               std::vector<int>* codes_out = nullptr,
+                               const std::string& transport = "gloo") {
     InMemoryStore store;
     auto server = RendezvousServer::Start("127.0.0.1:0", &store);
     EXPECT_TRUE(server.ok()) << server.status();
-    const std::string tag =
-        absl::StrCat(preset, "-", size, "-", method, "-", global);
+    const std::string tag = absl::StrCat(preset, "-", size, "-", method, "-",
+                                         global, "-", transport);
     std::vector<std::vector<std::string>> commands;
     for (int r = 0; r < size; ++r) {
       commands.push_back(
@@ -104,6 +106,7 @@ class TensorParallelTest : public ::testing::Test {
            absl::StrCat("--size=", size), "--group=" + tag,
            "--model=" + Dir(preset), "--method=" + method,
            absl::StrCat("--global_scale=", global ? "true" : "false"),
+           "--transport=" + transport,
            "--out=" + (*base_ / absl::StrCat(tag, ".", r)).string()});
       commands.back().insert(commands.back().end(), extra.begin(), extra.end());
     }
@@ -216,9 +219,11 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
     const TpResults one = Single(preset, LinearMethod::kFp8);
     ASSERT_FALSE(one.scales.empty());
     ASSERT_FALSE(one.weight_codes.empty());
-    for (int size : {2, 4}) {
+    for (auto [size, transport] :
+         {std::pair{2, "gloo"}, {4, "gloo"}, {2, "shm"}, {4, "shm"}}) {
       if (std::string(preset) == "tiny-mistral" && size == 4) continue;
-      const std::vector<TpResults> ranks = Group(preset, size, "fp8", true);
+      const std::vector<TpResults> ranks =
+          Group(preset, size, "fp8", true, {}, nullptr, transport);
       ASSERT_EQ(ranks[0].scales.size(), one.scales.size());
       // Weights: each rank's codes are exactly its cut of TP = 1's, with
       // TP = 1's scales.
@@ -245,11 +250,12 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
       EXPECT_EQ(scales_differ, 0u) << preset << " TP=" << size;
       EXPECT_EQ(logits_differ, 0u) << preset << " TP=" << size;
       std::printf(
-          "[ measured ] %s TP=%d fp8 global weight scales: %zu of %zu "
+          "[ measured ] %s TP=%d (%s) fp8 global weight scales: %zu of %zu "
           "activation scales and %zu of %zu logits (all ranks) differ from "
           "TP=1's bits; greedy tokens (3 prompts x %lld) %s\n",
-          preset, size, scales_differ, size * one.scales.size(), logits_differ,
-          size * one.logits.size(), static_cast<long long>(kTpSteps),
+          preset, size, transport, scales_differ, size * one.scales.size(),
+          logits_differ, size * one.logits.size(),
+          static_cast<long long>(kTpSteps),
           ranks[0].tokens == one.tokens ? "identical" : "DIFFER");
     }
   }
@@ -310,20 +316,23 @@ TEST_F(TensorParallelTest, ARankLostMidRunFailsTheOthersWithinTheTimeout) {
   // sees a closed connection) or stalls (rank 0 sees silence, with a 2 s
   // collective timeout). Rank 0 must fail (exit 1, the collective's error on
   // its stderr), well within the test's limit.
-  for (bool stall : {false, true}) {
-    std::vector<int> codes;
-    const absl::Time start = absl::Now();
-    Group("tiny", 2, "fp8", false,
-          {"--victim=1", absl::StrCat("--stall=", stall ? "true" : "false"),
-           "--timeout_ms=2000"},
-          &codes);
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    EXPECT_EQ(codes, (std::vector<int>{1, 0})) << "stall " << stall;
-    EXPECT_LT(seconds, 60) << "stall " << stall;
-    std::printf(
-        "[ measured ] TP=2, rank 1 %s after the prefill: rank 0 failed; whole "
-        "run %.1f s\n",
-        stall ? "stalls" : "exits", seconds);
+  for (const char* transport : {"gloo", "shm"}) {
+    for (bool stall : {false, true}) {
+      std::vector<int> codes;
+      const absl::Time start = absl::Now();
+      Group("tiny", 2, "fp8", false,
+            {"--victim=1", absl::StrCat("--stall=", stall ? "true" : "false"),
+             "--timeout_ms=2000"},
+            &codes, transport);
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      EXPECT_EQ(codes, (std::vector<int>{1, 0}))
+          << transport << " stall " << stall;
+      EXPECT_LT(seconds, 60) << transport << " stall " << stall;
+      std::printf(
+          "[ measured ] TP=2 (%s), rank 1 %s after the prefill: rank 0 "
+          "failed; whole run %.1f s (a stalled rank sleeps 3 timeouts)\n",
+          transport, stall ? "stalls" : "exits", seconds);
+    }
   }
 }
 

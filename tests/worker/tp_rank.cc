@@ -37,6 +37,7 @@ ABSL_FLAG(int32_t, victim, -1,
           "stops answering for three timeouts");
 ABSL_FLAG(bool, stall, false, "the victim stalls instead of exiting");
 ABSL_FLAG(int32_t, timeout_ms, 60000, "collective timeout");
+ABSL_FLAG(std::string, transport, "gloo", "gloo or shm");
 
 namespace octet {
 namespace {
@@ -56,11 +57,11 @@ void WriteSection(std::ofstream& out, const std::vector<T>& v) {
 
 int Main() {
   GrpcStore store(absl::GetFlag(FLAGS_store));
-  GlooOptions gloo;
-  gloo.group = absl::GetFlag(FLAGS_group);
-  gloo.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  auto comm = NewGlooCommunicator(store, absl::GetFlag(FLAGS_rank),
-                                  absl::GetFlag(FLAGS_size), gloo);
+  const absl::Duration timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  auto comm = NewCpuCommunicator(
+      store, absl::GetFlag(FLAGS_rank), absl::GetFlag(FLAGS_size),
+      absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_group), timeout);
   if (!comm.ok()) return Fail(comm.status());
   auto ckpt = Checkpoint::Open(absl::GetFlag(FLAGS_model));
   if (!ckpt.ok()) return Fail(ckpt.status());
@@ -75,7 +76,7 @@ int Main() {
   const absl::Time start = absl::Now();
   absl::Status s = RunTpRequests(**ckpt, *backend, options, &results, [&] {
     if (!victim) return;
-    if (absl::GetFlag(FLAGS_stall)) absl::SleepFor(3 * gloo.timeout);
+    if (absl::GetFlag(FLAGS_stall)) absl::SleepFor(3 * timeout);
     _exit(0);
   });
   if (!s.ok()) {
