@@ -15,9 +15,10 @@ namespace {
 // results equal TP = 1's. Fixed, so that TP = 1 cuts K the same way.
 constexpr int64_t kMaxRowParallelBlocks = 8;
 
-// Blocks for a row-parallel K at TP degree `tp`: the largest power of two up
-// to kMaxRowParallelBlocks that divides K, `local` = 0 when tp does not
-// divide that (sums then depend on the TP degree).
+// The K blocks of a row-parallel layer, the same at every TP degree: the
+// largest power of two up to kMaxRowParallelBlocks that divides K. A TP
+// degree that does not divide them gets no block sums (Load), and its sums
+// then depend on the TP degree.
 int64_t GlobalBlocks(int64_t k) {
   int64_t blocks = kMaxRowParallelBlocks;
   while (k % blocks != 0) blocks /= 2;

@@ -41,7 +41,8 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
 // order. sums[M][N] is decode(qa) · decode(qb)ᵀ unscaled, so that ranks can
 // add theirs before the scales are applied; with k_blocks = 1,
 // sums · (scale_a · scale_b) (scales multiplied first) is exactly
-// GemmE4m3RowScales's binary32 result.
+// GemmE4m3RowScales's binary32 result. The blocks' sums take
+// k_blocks * M * N floats of scratch, kept by the calling thread.
 absl::Status GemmE4m3BlockSums(const uint8_t* qa, const uint8_t* qb, int64_t m,
                                int64_t n, int64_t k, int64_t k_blocks,
                                float* sums,
