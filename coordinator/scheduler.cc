@@ -1,0 +1,210 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace octet {
+
+int64_t StepPlan::tokens() const {
+  int64_t n = 0;
+  for (const ScheduledSeq& s : seqs) n += static_cast<int64_t>(s.tokens.size());
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const SchedulerOptions& o) {
+  for (auto [name, value] : {std::pair{"num_blocks", o.num_blocks},
+                             {"block_size", o.block_size},
+                             {"max_tokens_per_step", o.max_tokens_per_step},
+                             {"max_running", o.max_running},
+                             {"max_waiting", o.max_waiting}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scheduler: ", name, " must be at least 1, got ", value));
+    }
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(o));
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
+  // Lowest ids handed out first.
+  for (int64_t b = options.num_blocks - 1; b >= 0; --b) {
+    free_blocks_.push_back(static_cast<int32_t>(b));
+  }
+}
+
+absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
+                            int64_t max_new_tokens) {
+  if (seqs_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
+  }
+  if (prompt.empty() || max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "a sequence needs a prompt and at least one new token");
+  }
+  const int64_t need =
+      BlocksFor(static_cast<int64_t>(prompt.size()) + max_new_tokens);
+  if (need > options_.num_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt (", prompt.size(), " tokens) and ",
+                     max_new_tokens, " new tokens need ", need,
+                     " KV-cache blocks; the server has ", options_.num_blocks));
+  }
+  if (waiting() >= options_.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the queue is full (", options_.max_waiting, " waiting requests)"));
+  }
+  auto seq = std::make_unique<Seq>();
+  seq->id = id;
+  seq->arrival = arrivals_++;
+  seq->tokens = std::move(prompt);
+  waiting_.push_back(seq.get());
+  seqs_[id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+bool Scheduler::Grow(Seq& seq, int64_t tokens) {
+  const int64_t more =
+      BlocksFor(tokens) - static_cast<int64_t>(seq.blocks.size());
+  if (more > free_blocks()) return false;
+  for (int64_t i = 0; i < more; ++i) {
+    seq.blocks.push_back(free_blocks_.back());
+    free_blocks_.pop_back();
+  }
+  return true;
+}
+
+void Scheduler::Release(Seq& seq) {
+  // Back in reverse, so that the next taker gets them in the same order.
+  for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b) {
+    free_blocks_.push_back(*b);
+  }
+  seq.blocks.clear();
+  seq.computed = 0;
+  seq.awaiting_token = false;
+}
+
+void Scheduler::Plan(Seq& seq, int64_t n, StepPlan& plan) {
+  ScheduledSeq s;
+  s.id = seq.id;
+  s.start = seq.computed;
+  s.tokens.assign(seq.tokens.begin() + seq.computed,
+                  seq.tokens.begin() + seq.computed + n);
+  s.block_table = &seq.blocks;
+  seq.computed += n;
+  s.sample = seq.computed == static_cast<int64_t>(seq.tokens.size());
+  seq.awaiting_token = s.sample;
+  plan.seqs.push_back(std::move(s));
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int64_t budget = options_.max_tokens_per_step;
+  auto by_arrival = [](const Seq* a, const Seq* b) {
+    return a->arrival < b->arrival;
+  };
+  auto requeue = [&](Seq* seq) {
+    Release(*seq);
+    waiting_.insert(
+        std::upper_bound(waiting_.begin(), waiting_.end(), seq, by_arrival),
+        seq);
+    plan.preempted.push_back(seq->id);
+  };
+  // Running sequences, oldest first; decodes (one token left) before
+  // prefill chunks.
+  std::vector<Seq*> planned;
+  for (bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Seq* seq = running_[i];
+      const int64_t left =
+          static_cast<int64_t>(seq->tokens.size()) - seq->computed;
+      if (left == 0 || (left == 1) != decodes) continue;  // not its turn
+      int64_t n = std::min(left, budget);
+      // Take the blocks the tokens need. Short of them, a prefill takes a
+      // shorter chunk, or waits while others make progress; a decode (or a
+      // prefill when nothing else could run) preempts the youngest running
+      // sequence, maybe itself. Victims are never in this step's plan: in
+      // the decode pass they come after this one, and in the prefill pass
+      // the plan is empty.
+      bool wait = false;
+      while (!Grow(*seq, seq->computed + n)) {
+        const int64_t room =
+            (static_cast<int64_t>(seq->blocks.size()) + free_blocks()) *
+                options_.block_size -
+            seq->computed;
+        if (!decodes && room > 0) {
+          n = room;
+          continue;
+        }
+        if (!decodes && !plan.seqs.empty()) {
+          wait = true;
+          break;
+        }
+        Seq* victim = running_.back();
+        running_.pop_back();
+        requeue(victim);
+        if (victim == seq) break;
+      }
+      if (wait) continue;
+      if (i >= running_.size() || running_[i] != seq) break;  // preempted
+      Plan(*seq, n, plan);
+      budget -= n;
+    }
+  }
+  // Admissions, in arrival order; the first that does not fit stops them.
+  // None in a step that had to preempt: memory is short, and a sequence
+  // just preempted would come straight back in.
+  while (plan.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         running() < options_.max_running) {
+    Seq* seq = waiting_.front();
+    const int64_t left =
+        static_cast<int64_t>(seq->tokens.size()) - seq->computed;
+    const int64_t n =
+        std::min({left, budget, free_blocks() * options_.block_size});
+    if (n <= 0 || !Grow(*seq, n)) break;
+    waiting_.pop_front();
+    running_.insert(
+        std::upper_bound(running_.begin(), running_.end(), seq, by_arrival),
+        seq);
+    Plan(*seq, n, plan);
+    budget -= n;
+  }
+  return plan;
+}
+
+absl::Status Scheduler::Append(SeqId id, int32_t token) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second->awaiting_token) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " did not sample in the last step"));
+  }
+  it->second->tokens.push_back(token);
+  it->second->awaiting_token = false;
+  return absl::OkStatus();
+}
+
+void Scheduler::Finish(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  Seq* seq = it->second.get();
+  Release(*seq);
+  std::erase(running_, seq);
+  std::erase(waiting_, seq);
+  seqs_.erase(it);
+}
+
+void Scheduler::RequeueAll() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Release(**it);
+    waiting_.push_front(*it);
+  }
+  running_.clear();
+}
+
+std::vector<int32_t> Scheduler::tokens(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? std::vector<int32_t>{} : it->second->tokens;
+}
+
+}  // namespace octet

@@ -1,0 +1,127 @@
+// Continuous batching: which sequences run in the next forward pass, and
+// where their keys and values live in the workers' paged KV cache.
+//
+// The scheduler owns the block accounting (the workers only store blocks at
+// the slots they are told): a sequence holds ceil(cached tokens / block
+// size) blocks, taken one at a time as it grows and all returned when it
+// finishes or is cancelled. Each step:
+//   1. sequences already running decode one token each, oldest first; when
+//      blocks run out the youngest running sequence is preempted: it gives
+//      back its blocks and goes back to the front of the queue with the
+//      tokens it has, to be recomputed (prefilled again) later;
+//   2. prompts being prefilled continue, then waiting sequences are admitted
+//      in arrival order (first come, first served: a later request never
+//      overtakes one that does not fit yet), each with as much of its
+//      prompt as the step's token budget and the free blocks allow (long
+//      prompts are prefilled in chunks over several steps); none in a step
+//      that had to preempt.
+// A step's sequence samples a token when its fed tokens reach the end of
+// what it has (the last prompt chunk, or a decode).
+// Not thread-safe: the coordinator's step loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace octet {
+
+struct SchedulerOptions {
+  int64_t num_blocks = 0;              // KV blocks the workers hold
+  int64_t block_size = 16;             // tokens per block
+  int64_t max_tokens_per_step = 2048;  // the token budget of one forward
+  int64_t max_running = 64;            // sequences in one forward at most
+  int64_t max_waiting = 1024;  // queued sequences; more: RESOURCE_EXHAUSTED
+};
+
+using SeqId = uint64_t;
+
+// One sequence's share of a step.
+struct ScheduledSeq {
+  SeqId id = 0;
+  int64_t start = 0;            // position of the first fed token
+  std::vector<int32_t> tokens;  // the tokens fed this step
+  // The sequence's blocks, covering start + tokens.size() tokens; valid
+  // until the next call that changes the scheduler.
+  const std::vector<int32_t>* block_table = nullptr;
+  bool sample = false;  // this step gives the sequence's next token
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;
+  // Sequences that lost their KV blocks in this step (recomputed later).
+  std::vector<SeqId> preempted;
+  int64_t tokens() const;
+};
+
+class Scheduler {
+ public:
+  // InvalidArgument naming the option when one is out of range.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const SchedulerOptions& options);
+
+  // Queues a new sequence. ResourceExhausted when the queue is full;
+  // InvalidArgument when prompt plus max_new_tokens could never fit in the
+  // whole cache; AlreadyExists for an id in use.
+  absl::Status Add(SeqId id, std::vector<int32_t> prompt,
+                   int64_t max_new_tokens);
+
+  // The next step; empty when nothing can run.
+  StepPlan Schedule();
+
+  // The token a step sampled for `id` (a sequence with sample = true).
+  // FailedPrecondition if `id` is not running or did not sample.
+  absl::Status Append(SeqId id, int32_t token);
+
+  // Ends a sequence, finished or cancelled, waiting or running: its blocks
+  // are free at once. Unknown ids are ignored.
+  void Finish(SeqId id);
+
+  // Every running sequence back to the queue (its blocks freed, its tokens
+  // kept, to be recomputed), in arrival order ahead of the waiting ones:
+  // after the workers were lost and restarted.
+  void RequeueAll();
+
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t free_blocks() const {
+    return static_cast<int64_t>(free_blocks_.size());
+  }
+  int64_t used_blocks() const { return options_.num_blocks - free_blocks(); }
+  // Every token of `id` so far: prompt, then generated (empty if unknown).
+  std::vector<int32_t> tokens(SeqId id) const;
+
+ private:
+  struct Seq {
+    SeqId id = 0;
+    uint64_t arrival = 0;         // order of Add
+    std::vector<int32_t> tokens;  // prompt, then generated
+    int64_t computed = 0;         // tokens whose KV is in the cache
+    std::vector<int32_t> blocks;
+    bool awaiting_token = false;  // sampled in the last step, not appended
+  };
+
+  explicit Scheduler(const SchedulerOptions& options);
+  int64_t BlocksFor(int64_t tokens) const {
+    return (tokens + options_.block_size - 1) / options_.block_size;
+  }
+  // Grows `seq`'s blocks to cover `tokens`; false (nothing taken) if there
+  // are not enough free.
+  bool Grow(Seq& seq, int64_t tokens);
+  void Release(Seq& seq);
+  // Plans `n` tokens of `seq` from its computed ones.
+  void Plan(Seq& seq, int64_t n, StepPlan& plan);
+
+  const SchedulerOptions options_;
+  absl::flat_hash_map<SeqId, std::unique_ptr<Seq>> seqs_;
+  std::deque<Seq*> waiting_;   // arrival order (preempted ones in front)
+  std::vector<Seq*> running_;  // arrival order
+  std::vector<int32_t> free_blocks_;
+  uint64_t arrivals_ = 0;
+};
+
+}  // namespace octet

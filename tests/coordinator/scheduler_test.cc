@@ -1,0 +1,273 @@
+// The continuous-batching scheduler (coordinator/scheduler.h): token budget,
+// chunked prefill, first-come-first-served admission, block accounting,
+// preemption with recompute, cancellation, the queue limit; and a random
+// run checked against the invariants at every step.
+#include "coordinator/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+
+namespace octet {
+namespace {
+
+std::unique_ptr<Scheduler> Make(int64_t blocks, int64_t block_size,
+                                int64_t budget, int64_t max_running = 64,
+                                int64_t max_waiting = 1024) {
+  auto s = Scheduler::Create({.num_blocks = blocks,
+                              .block_size = block_size,
+                              .max_tokens_per_step = budget,
+                              .max_running = max_running,
+                              .max_waiting = max_waiting});
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+std::vector<int32_t> Prompt(int64_t n, int32_t first = 100) {
+  std::vector<int32_t> p(n);
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+// Appends a token to every sequence of `plan` that sampled.
+void AppendSampled(Scheduler& s, const StepPlan& plan, int32_t token = 7) {
+  for (const ScheduledSeq& q : plan.seqs) {
+    if (q.sample) {
+      ASSERT_TRUE(s.Append(q.id, token).ok());
+    }
+  }
+}
+
+TEST(SchedulerTest, BadOptionsAreErrorsNamingThem) {
+  auto s = Scheduler::Create({.num_blocks = 0});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("num_blocks"), std::string::npos);
+  s = Scheduler::Create({.num_blocks = 4, .block_size = 0});
+  EXPECT_NE(s.status().message().find("block_size"), std::string::npos);
+}
+
+TEST(SchedulerTest, PrefillsThenDecodesTogether) {
+  auto s = Make(100, 4, 64);
+  for (SeqId id : {1, 2, 3}) ASSERT_TRUE(s->Add(id, Prompt(5), 8).ok());
+  StepPlan p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  for (const ScheduledSeq& q : p.seqs) {
+    EXPECT_EQ(q.start, 0);
+    EXPECT_EQ(q.tokens, Prompt(5));
+    EXPECT_TRUE(q.sample);
+    EXPECT_EQ(q.block_table->size(), 2u);  // 5 tokens, 4 per block
+  }
+  EXPECT_EQ(s->used_blocks(), 6);
+  // Nothing more until the sampled tokens are appended.
+  EXPECT_TRUE(s->Schedule().seqs.empty());
+  AppendSampled(*s, p, 9);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  for (const ScheduledSeq& q : p.seqs) {
+    EXPECT_EQ(q.start, 5);
+    EXPECT_EQ(q.tokens, (std::vector<int32_t>{9}));
+    EXPECT_TRUE(q.sample);
+  }
+  EXPECT_EQ(s->Append(1, 3).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(s->Append(1, 3).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SchedulerTest, LongPromptsArePrefilledInChunksWithinTheBudget) {
+  auto s = Make(100, 4, 16);
+  ASSERT_TRUE(s->Add(1, Prompt(40), 4).ok());
+  for (int64_t start : {0, 16}) {
+    StepPlan p = s->Schedule();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].start, start);
+    EXPECT_EQ(p.seqs[0].tokens.size(), 16u);
+    EXPECT_FALSE(p.seqs[0].sample);
+  }
+  StepPlan p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].start, 32);
+  EXPECT_EQ(p.seqs[0].tokens, Prompt(8, 132));
+  EXPECT_TRUE(p.seqs[0].sample);
+  EXPECT_EQ(p.seqs[0].block_table->size(), 10u);
+}
+
+TEST(SchedulerTest, DecodesGoFirstAndNewcomersShareTheRestOfTheBudget) {
+  auto s = Make(100, 4, 10);
+  ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
+  StepPlan p = s->Schedule();
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(2, Prompt(20), 8).ok());
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].id, 1u);  // the decode
+  EXPECT_EQ(p.seqs[0].tokens.size(), 1u);
+  EXPECT_EQ(p.seqs[1].id, 2u);  // 9 tokens of the new prompt
+  EXPECT_EQ(p.seqs[1].tokens.size(), 9u);
+  EXPECT_EQ(p.tokens(), 10);
+}
+
+TEST(SchedulerTest, AdmissionIsFirstComeFirstServed) {
+  // 4 blocks of 4 tokens. Sequence 1 holds 2; sequence 2 needs 3 for its
+  // prompt and must wait; sequence 3 (1 block) arrives later and must not
+  // overtake it.
+  auto s = Make(4, 4, 12);
+  ASSERT_TRUE(s->Add(1, Prompt(8), 8).ok());
+  StepPlan p = s->Schedule();
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(2, Prompt(12), 4).ok());
+  ASSERT_TRUE(s->Add(3, Prompt(2), 2).ok());
+  p = s->Schedule();
+  // Sequence 1 decodes (its 9th token takes a third block), sequence 2 takes
+  // the one block left for a first chunk, and 3 waits behind it.
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].id, 2u);
+  EXPECT_EQ(p.seqs[1].tokens.size(), 4u);
+  EXPECT_EQ(s->waiting(), 1);
+  EXPECT_EQ(s->free_blocks(), 0);
+  s->Finish(1);  // done: its blocks are free at once
+  EXPECT_EQ(s->free_blocks(), 3);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].id, 2u);  // the rest of its prompt first
+  EXPECT_EQ(p.seqs[0].tokens.size(), 8u);
+  EXPECT_EQ(p.seqs[1].id, 3u);
+}
+
+TEST(SchedulerTest, OutOfBlocksTheYoungestIsPreemptedAndRecomputed) {
+  // 3 blocks of 2 tokens: two sequences of 2-token prompts fill 2 blocks;
+  // when both need a second block, the younger gives its block back and
+  // later prefills its prompt and generated token again.
+  auto s = Make(3, 2, 16);
+  ASSERT_TRUE(s->Add(1, Prompt(2, 10), 4).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(2, 20), 4).ok());
+  StepPlan p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  ASSERT_TRUE(s->Append(1, 11).ok());
+  ASSERT_TRUE(s->Append(2, 21).ok());
+  p = s->Schedule();  // 1 takes the third block; 2 has none: preempted
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 1u);
+  EXPECT_EQ(p.preempted, (std::vector<SeqId>{2}));
+  EXPECT_EQ(s->waiting(), 1);
+  EXPECT_EQ(s->used_blocks(), 2);
+  ASSERT_TRUE(s->Append(1, 12).ok());
+  s->Finish(1);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 2u);
+  EXPECT_EQ(p.seqs[0].start, 0);
+  EXPECT_EQ(p.seqs[0].tokens, (std::vector<int32_t>{20, 21, 21}));
+  EXPECT_TRUE(p.seqs[0].sample);
+}
+
+TEST(SchedulerTest, CancellingFreesBlocksWaitingOrRunning) {
+  auto s = Make(10, 4, 8);
+  ASSERT_TRUE(s->Add(1, Prompt(12), 4).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(4), 4).ok());
+  StepPlan p = s->Schedule();  // 8 tokens of sequence 1
+  EXPECT_EQ(s->used_blocks(), 2);
+  s->Finish(2);  // still waiting
+  s->Finish(1);  // mid-prefill
+  EXPECT_EQ(s->used_blocks(), 0);
+  EXPECT_EQ(s->running() + s->waiting(), 0);
+  EXPECT_TRUE(s->Schedule().seqs.empty());
+  s->Finish(99);  // unknown: ignored
+}
+
+TEST(SchedulerTest, QueueLimitsAndImpossibleRequestsAreErrors) {
+  auto s = Make(4, 4, 16, 64, 2);
+  EXPECT_EQ(s->Add(1, Prompt(10), 7).code(),  // 17 tokens: 5 blocks
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(s->Add(1, Prompt(10), 6).ok());
+  EXPECT_EQ(s->Add(1, Prompt(2), 1).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(s->Add(2, Prompt(2), 1).ok());
+  EXPECT_EQ(s->Add(3, Prompt(2), 1).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->Add(4, {}, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerTest, RequeueAllKeepsTokensAndOrder) {
+  auto s = Make(20, 4, 64);
+  for (SeqId id : {1, 2}) ASSERT_TRUE(s->Add(id, Prompt(3), 4).ok());
+  StepPlan p = s->Schedule();
+  AppendSampled(*s, p, 5);
+  ASSERT_TRUE(s->Add(3, Prompt(3), 4).ok());
+  s->RequeueAll();  // the workers were lost
+  EXPECT_EQ(s->used_blocks(), 0);
+  EXPECT_EQ(s->waiting(), 3);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(p.seqs[i].id, SeqId(i + 1));
+  EXPECT_EQ(p.seqs[0].tokens.size(), 4u);  // prompt and the generated token
+  EXPECT_EQ(p.seqs[0].start, 0);
+}
+
+TEST(SchedulerTest, RandomRunsKeepTheInvariants) {
+  std::mt19937 rng(7);
+  auto s = Make(24, 4, 20, 6, 1000);
+  std::set<SeqId> live;
+  SeqId next = 1;
+  size_t preempted = 0;
+  for (int step = 0; step < 3000; ++step) {
+    if (rng() % 3 == 0) {
+      const int64_t prompt = 1 + rng() % 30, max_new = 1 + rng() % 40;
+      if (s->Add(next, Prompt(prompt), max_new).ok()) live.insert(next);
+      ++next;
+    }
+    if (!live.empty() && rng() % 7 == 0) {  // a cancel or a finish
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      s->Finish(*it);
+      live.erase(it);
+    }
+    const StepPlan p = s->Schedule();
+    preempted += p.preempted.size();
+    ASSERT_LE(p.tokens(), 20);
+    ASSERT_LE(s->running(), 6);
+    std::set<int32_t> blocks;
+    size_t held = 0;
+    for (const ScheduledSeq& q : p.seqs) {
+      const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
+      ASSERT_GE(static_cast<int64_t>(q.block_table->size()) * 4, end);
+      for (int32_t b : *q.block_table) {
+        ASSERT_TRUE(b >= 0 && b < 24);
+        ASSERT_TRUE(blocks.insert(b).second) << "block " << b << " shared";
+      }
+      held += q.block_table->size();
+    }
+    ASSERT_LE(static_cast<int64_t>(held), s->used_blocks());
+    ASSERT_EQ(s->used_blocks() + s->free_blocks(), 24);
+    // Finish sequences that reached 24 tokens (as max_new_tokens would).
+    for (const ScheduledSeq& q : p.seqs) {
+      if (!q.sample) continue;
+      ASSERT_TRUE(s->Append(q.id, 1).ok());
+      if (s->tokens(q.id).size() >= 24) {
+        s->Finish(q.id);
+        live.erase(q.id);
+      }
+    }
+  }
+  // No more arrivals: everything left must finish (no sequence starves or
+  // deadlocks), and the run must have been tight enough to preempt.
+  for (int step = 0; step < 10000 && !live.empty(); ++step) {
+    const StepPlan p = s->Schedule();
+    preempted += p.preempted.size();
+    for (const ScheduledSeq& q : p.seqs) {
+      if (!q.sample) continue;
+      ASSERT_TRUE(s->Append(q.id, 1).ok());
+      if (s->tokens(q.id).size() >= 24) {
+        s->Finish(q.id);
+        live.erase(q.id);
+      }
+    }
+  }
+  EXPECT_TRUE(live.empty()) << live.size() << " sequences never finished";
+  EXPECT_GT(preempted, 0u);
+  EXPECT_EQ(s->used_blocks(), 0);
+  EXPECT_EQ(s->running() + s->waiting(), 0);
+}
+
+}  // namespace
+}  // namespace octet
