@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -238,6 +239,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("Gloo: timeout must be positive");
   }
+  // A peer that dies while this rank writes to it must be an error
+  // (Unavailable), not a SIGPIPE that kills this rank too, as it would when
+  // Gloo's send hits the closed socket: ignore SIGPIPE, process-wide (as
+  // servers do; write errors then come back as EPIPE).
+  std::signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<gloo::Context> context;
   absl::Status s = Run("connecting", rank, [&] {
     gloo::transport::tcp::attr attr;
