@@ -104,71 +104,44 @@ StepPlan Scheduler::Schedule() {
   auto by_arrival = [](const Seq* a, const Seq* b) {
     return a->arrival < b->arrival;
   };
-  auto requeue = [&](Seq* seq) {
-    Release(*seq);
-    waiting_.insert(
-        std::upper_bound(waiting_.begin(), waiting_.end(), seq, by_arrival),
-        seq);
-    plan.preempted.push_back(seq->id);
-  };
-  // Running sequences, oldest first; decodes (one token left) before
-  // prefill chunks.
-  std::vector<Seq*> planned;
-  for (bool decodes : {true, false}) {
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-      Seq* seq = running_[i];
-      const int64_t left =
-          static_cast<int64_t>(seq->tokens.size()) - seq->computed;
-      if (left == 0 || (left == 1) != decodes) continue;  // not its turn
-      int64_t n = std::min(left, budget);
-      // Take the blocks the tokens need. Short of them, a prefill takes a
-      // shorter chunk, or waits while others make progress; a decode (or a
-      // prefill when nothing else could run) preempts the youngest running
-      // sequence, maybe itself. Victims are never in this step's plan: in
-      // the decode pass they come after this one, and in the prefill pass
-      // the plan is empty.
-      bool wait = false;
-      while (!Grow(*seq, seq->computed + n)) {
-        const int64_t room =
-            (static_cast<int64_t>(seq->blocks.size()) + free_blocks()) *
-                options_.block_size -
-            seq->computed;
-        if (!decodes && room > 0) {
-          n = room;
-          continue;
-        }
-        if (!decodes && !plan.seqs.empty()) {
-          wait = true;
-          break;
-        }
-        Seq* victim = running_.back();
-        running_.pop_back();
-        requeue(victim);
-        if (victim == seq) break;
-      }
-      if (wait) continue;
-      if (i >= running_.size() || running_[i] != seq) break;  // preempted
-      Plan(*seq, n, plan);
-      budget -= n;
+  // Decodes, oldest first. Short of a block, the youngest running sequence
+  // (maybe this one) is preempted: it comes after this one, so it is not in
+  // the plan yet.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Seq* seq = running_[i];
+    if (seq->awaiting_token) continue;  // its sampled token is not back yet
+    while (!Grow(*seq, seq->computed + 1)) {
+      Seq* victim = running_.back();
+      running_.pop_back();
+      Release(*victim);
+      waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), victim,
+                                       by_arrival),
+                      victim);
+      plan.preempted.push_back(victim->id);
+      if (victim == seq) break;
     }
+    if (i >= running_.size()) break;  // preempted itself, the youngest
+    Plan(*seq, 1, plan);
+    budget -= 1;
   }
-  // Admissions, in arrival order; the first that does not fit stops them.
-  // None in a step that had to preempt: memory is short, and a sequence
-  // just preempted would come straight back in.
-  while (plan.preempted.empty() && !waiting_.empty() && budget > 0 &&
+  // Admissions, whole prompts in arrival order; the first that does not fit
+  // stops them. The first admission of a step may exceed the budget (a
+  // prompt longer than it runs as the step's only prefill). None in a step
+  // that had to preempt: memory is short, and a sequence just preempted
+  // would come straight back in.
+  bool admitted = false;
+  while (plan.preempted.empty() && !waiting_.empty() &&
          running() < options_.max_running) {
     Seq* seq = waiting_.front();
-    const int64_t left =
-        static_cast<int64_t>(seq->tokens.size()) - seq->computed;
-    const int64_t n =
-        std::min({left, budget, free_blocks() * options_.block_size});
-    if (n <= 0 || !Grow(*seq, n)) break;
+    const int64_t n = static_cast<int64_t>(seq->tokens.size());
+    if ((admitted && n > budget) || !Grow(*seq, n)) break;
     waiting_.pop_front();
     running_.insert(
         std::upper_bound(running_.begin(), running_.end(), seq, by_arrival),
         seq);
     Plan(*seq, n, plan);
     budget -= n;
+    admitted = true;
   }
   return plan;
 }

@@ -5,18 +5,23 @@
 // the slots they are told): a sequence holds ceil(cached tokens / block
 // size) blocks, taken one at a time as it grows and all returned when it
 // finishes or is cancelled. Each step:
-//   1. sequences already running decode one token each, oldest first; when
-//      blocks run out the youngest running sequence is preempted: it gives
-//      back its blocks and goes back to the front of the queue with the
-//      tokens it has, to be recomputed (prefilled again) later;
-//   2. prompts being prefilled continue, then waiting sequences are admitted
-//      in arrival order (first come, first served: a later request never
-//      overtakes one that does not fit yet), each with as much of its
-//      prompt as the step's token budget and the free blocks allow (long
-//      prompts are prefilled in chunks over several steps); none in a step
-//      that had to preempt.
-// A step's sequence samples a token when its fed tokens reach the end of
-// what it has (the last prompt chunk, or a decode).
+//   1. sequences already running decode one token each, oldest first, as
+//      far as the step's token budget goes; when blocks run out the
+//      youngest running sequence is preempted: it gives back its blocks and
+//      goes back to the front of the queue with the tokens it has, to be
+//      prefilled again later;
+//   2. waiting sequences are admitted in arrival order (first come, first
+//      served: a later request never overtakes one that does not fit yet),
+//      each with its whole prompt in this one step, as the rest of the
+//      budget and the free blocks allow; a prompt longer than the budget
+//      left runs as the step's only admission. None in a step that had to
+//      preempt.
+// A prompt is never split across steps: FP8 activation scales are per
+// sequence and forward call, so a chunk boundary would change the
+// numerics, and where it fell would depend on the load. A sequence's tokens
+// therefore do not depend on what it is batched with, except after a
+// preemption (its generated tokens are then recomputed in one call instead
+// of one at a time).
 // Not thread-safe: the coordinator's step loop owns it.
 #pragma once
 
@@ -31,10 +36,12 @@
 namespace octet {
 
 struct SchedulerOptions {
-  int64_t num_blocks = 0;              // KV blocks the workers hold
-  int64_t block_size = 16;             // tokens per block
-  int64_t max_tokens_per_step = 2048;  // the token budget of one forward
-  int64_t max_running = 64;            // sequences in one forward at most
+  int64_t num_blocks = 0;   // KV blocks the workers hold
+  int64_t block_size = 16;  // tokens per block
+  // The token budget of one step (one prompt longer than it may still run
+  // alone in a step).
+  int64_t max_tokens_per_step = 2048;
+  int64_t max_running = 64;    // sequences in one forward at most
   int64_t max_waiting = 1024;  // queued sequences; more: RESOURCE_EXHAUSTED
 };
 

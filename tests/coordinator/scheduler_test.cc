@@ -1,5 +1,5 @@
 // The continuous-batching scheduler (coordinator/scheduler.h): token budget,
-// chunked prefill, first-come-first-served admission, block accounting,
+// whole-prompt prefill, first-come-first-served admission, block accounting,
 // preemption with recompute, cancellation, the queue limit; and a random
 // run checked against the invariants at every step.
 #include "coordinator/scheduler.h"
@@ -75,22 +75,25 @@ TEST(SchedulerTest, PrefillsThenDecodesTogether) {
   EXPECT_EQ(s->Append(1, 3).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(SchedulerTest, LongPromptsArePrefilledInChunksWithinTheBudget) {
+TEST(SchedulerTest, APromptIsNeverSplitAndALongOneRunsAloneOverTheBudget) {
   auto s = Make(100, 4, 16);
-  ASSERT_TRUE(s->Add(1, Prompt(40), 4).ok());
-  for (int64_t start : {0, 16}) {
-    StepPlan p = s->Schedule();
-    ASSERT_EQ(p.seqs.size(), 1u);
-    EXPECT_EQ(p.seqs[0].start, start);
-    EXPECT_EQ(p.seqs[0].tokens.size(), 16u);
-    EXPECT_FALSE(p.seqs[0].sample);
-  }
+  ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
   StepPlan p = s->Schedule();
-  ASSERT_EQ(p.seqs.size(), 1u);
-  EXPECT_EQ(p.seqs[0].start, 32);
-  EXPECT_EQ(p.seqs[0].tokens, Prompt(8, 132));
-  EXPECT_TRUE(p.seqs[0].sample);
-  EXPECT_EQ(p.seqs[0].block_table->size(), 10u);
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(2, Prompt(40), 4).ok());
+  ASSERT_TRUE(s->Add(3, Prompt(5), 4).ok());
+  p = s->Schedule();  // 1 decodes; 2 is the step's one admission, 40 tokens
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].id, 2u);
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(40));
+  EXPECT_TRUE(p.seqs[1].sample);
+  EXPECT_EQ(p.seqs[1].block_table->size(), 10u);
+  EXPECT_EQ(s->waiting(), 1);  // 3 waits for a step with room
+  AppendSampled(*s, p);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  EXPECT_EQ(p.seqs[2].id, 3u);
+  EXPECT_EQ(p.tokens(), 2 + 5);
 }
 
 TEST(SchedulerTest, DecodesGoFirstAndNewcomersShareTheRestOfTheBudget) {
@@ -98,20 +101,21 @@ TEST(SchedulerTest, DecodesGoFirstAndNewcomersShareTheRestOfTheBudget) {
   ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
   StepPlan p = s->Schedule();
   AppendSampled(*s, p);
-  ASSERT_TRUE(s->Add(2, Prompt(20), 8).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(5), 8).ok());
+  ASSERT_TRUE(s->Add(3, Prompt(5), 8).ok());
   p = s->Schedule();
   ASSERT_EQ(p.seqs.size(), 2u);
   EXPECT_EQ(p.seqs[0].id, 1u);  // the decode
   EXPECT_EQ(p.seqs[0].tokens.size(), 1u);
-  EXPECT_EQ(p.seqs[1].id, 2u);  // 9 tokens of the new prompt
-  EXPECT_EQ(p.seqs[1].tokens.size(), 9u);
-  EXPECT_EQ(p.tokens(), 10);
+  EXPECT_EQ(p.seqs[1].id, 2u);  // 5 of the 9 tokens left
+  EXPECT_EQ(p.tokens(), 6);
+  EXPECT_EQ(s->waiting(), 1);  // 3 would exceed the budget
 }
 
 TEST(SchedulerTest, AdmissionIsFirstComeFirstServed) {
-  // 4 blocks of 4 tokens. Sequence 1 holds 2; sequence 2 needs 3 for its
-  // prompt and must wait; sequence 3 (1 block) arrives later and must not
-  // overtake it.
+  // 4 blocks of 4 tokens. Sequence 1 holds 2 and takes a third for its
+  // 9th token; sequence 2 needs 3 for its prompt and must wait; sequence 3
+  // (1 block) arrives later and must not overtake it.
   auto s = Make(4, 4, 12);
   ASSERT_TRUE(s->Add(1, Prompt(8), 8).ok());
   StepPlan p = s->Schedule();
@@ -119,20 +123,26 @@ TEST(SchedulerTest, AdmissionIsFirstComeFirstServed) {
   ASSERT_TRUE(s->Add(2, Prompt(12), 4).ok());
   ASSERT_TRUE(s->Add(3, Prompt(2), 2).ok());
   p = s->Schedule();
-  // Sequence 1 decodes (its 9th token takes a third block), sequence 2 takes
-  // the one block left for a first chunk, and 3 waits behind it.
-  ASSERT_EQ(p.seqs.size(), 2u);
-  EXPECT_EQ(p.seqs[1].id, 2u);
-  EXPECT_EQ(p.seqs[1].tokens.size(), 4u);
-  EXPECT_EQ(s->waiting(), 1);
-  EXPECT_EQ(s->free_blocks(), 0);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 1u);
+  EXPECT_EQ(s->waiting(), 2);
+  EXPECT_EQ(s->free_blocks(), 1);
+  ASSERT_TRUE(s->Append(1, 5).ok());
   s->Finish(1);  // done: its blocks are free at once
-  EXPECT_EQ(s->free_blocks(), 3);
+  EXPECT_EQ(s->free_blocks(), 4);
+  p = s->Schedule();  // 2 takes the whole budget; 3 waits one more step
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 2u);
+  EXPECT_EQ(p.seqs[0].tokens.size(), 12u);
+  AppendSampled(*s, p);
+  p = s->Schedule();  // 2's 13th token takes the last block: 3 still waits
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(s->waiting(), 1);
+  AppendSampled(*s, p);
+  s->Finish(2);
   p = s->Schedule();
-  ASSERT_EQ(p.seqs.size(), 2u);
-  EXPECT_EQ(p.seqs[0].id, 2u);  // the rest of its prompt first
-  EXPECT_EQ(p.seqs[0].tokens.size(), 8u);
-  EXPECT_EQ(p.seqs[1].id, 3u);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 3u);
 }
 
 TEST(SchedulerTest, OutOfBlocksTheYoungestIsPreemptedAndRecomputed) {
@@ -166,10 +176,11 @@ TEST(SchedulerTest, CancellingFreesBlocksWaitingOrRunning) {
   auto s = Make(10, 4, 8);
   ASSERT_TRUE(s->Add(1, Prompt(12), 4).ok());
   ASSERT_TRUE(s->Add(2, Prompt(4), 4).ok());
-  StepPlan p = s->Schedule();  // 8 tokens of sequence 1
-  EXPECT_EQ(s->used_blocks(), 2);
+  StepPlan p = s->Schedule();  // 1's 12 tokens; 2 waits
+  EXPECT_EQ(s->used_blocks(), 3);
+  EXPECT_EQ(s->waiting(), 1);
   s->Finish(2);  // still waiting
-  s->Finish(1);  // mid-prefill
+  s->Finish(1);  // running, its sampled token not yet back
   EXPECT_EQ(s->used_blocks(), 0);
   EXPECT_EQ(s->running() + s->waiting(), 0);
   EXPECT_TRUE(s->Schedule().seqs.empty());
@@ -224,7 +235,11 @@ TEST(SchedulerTest, RandomRunsKeepTheInvariants) {
     }
     const StepPlan p = s->Schedule();
     preempted += p.preempted.size();
-    ASSERT_LE(p.tokens(), 20);
+    // Over the budget only with the step's one (long) admission.
+    const auto admissions =
+        std::count_if(p.seqs.begin(), p.seqs.end(),
+                      [](const ScheduledSeq& q) { return q.start == 0; });
+    ASSERT_TRUE(p.tokens() <= 20 || admissions == 1) << p.tokens();
     ASSERT_LE(s->running(), 6);
     std::set<int32_t> blocks;
     size_t held = 0;
