@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "octet/internal/v1/rendezvous.grpc.pb.h"
+#include "parallel/grpc_status.h"
 
 namespace octet {
 
@@ -34,18 +35,6 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key,
 }
 
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
-}
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
-                      std::string(s.message()));
-}
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
   return absl::ToChronoTime(

@@ -24,6 +24,43 @@ inline std::string SiblingProgram(const std::string& name) {
       .string();
 }
 
+// Starts `command` (argv[0] is the program path): its pid, or 0 if it could
+// not start.
+inline pid_t Spawn(std::vector<std::string> command) {
+  std::vector<char*> argv;
+  for (std::string& a : command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+    return 0;
+  }
+  return pid;
+}
+
+// A program running in the background while a test talks to it; killed
+// (SIGKILL) and reaped when destroyed.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& command)
+      : pid_(Spawn(command)) {}
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() { Kill(); }
+
+  bool started() const { return pid_ != 0; }
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and waits for the end (nothing if it already ended).
+  void Kill(int sig = SIGKILL) {
+    if (pid_ == 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+
+ private:
+  pid_t pid_;
+};
+
 // Starts every command (argv[0] is the program path) at once and waits for
 // all: the exit codes in order, 128 for a death by signal, -1 for one still
 // running after `limit` (then killed), -2 for one that could not start.
@@ -33,15 +70,8 @@ inline std::vector<int> RunTogether(
   std::vector<pid_t> pids(commands.size(), 0);
   std::vector<int> codes(commands.size(), -1);
   for (size_t i = 0; i < commands.size(); ++i) {
-    std::vector<std::string> args = commands[i];
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pids[i], argv[0], nullptr, nullptr, argv.data(),
-                    environ) != 0) {
-      pids[i] = 0;
-      codes[i] = -2;
-    }
+    pids[i] = Spawn(commands[i]);
+    if (pids[i] == 0) codes[i] = -2;
   }
   const absl::Time deadline = absl::Now() + limit;
   bool running = true;

@@ -196,6 +196,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       *fused.dst = *std::move(w);
     }
     m->layers_.push_back(std::move(layer));
+    if (options.on_layer_loaded) options.on_layer_loaded(i + 1, c.num_layers);
   }
   OCTET_RETURN_IF_ERROR(m->CheckSharedWeightScales());
   return m;

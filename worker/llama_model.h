@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct ModelOptions {
   // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
   // that every rank uses the same scale. Off only to measure its cost.
   bool sync_activation_absmax = true;
+  // Called on the loading thread after each layer (layers done, layers in
+  // all): load progress for a person watching.
+  std::function<void(int64_t, int64_t)> on_layer_loaded;
 };
 
 // One sequence's share of a forward pass.

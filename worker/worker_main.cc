@@ -1,0 +1,84 @@
+// worker: one tensor-parallel rank of an octet model, serving the worker
+// protocol (proto/octet/internal/v1/worker.proto) to the coordinator, which
+// normally starts it:
+//
+//   worker --listen unix:/run/octet/rank0.sock
+//   worker --listen 0.0.0.0:50061 --token_file /etc/octet/token   (remote)
+//
+// The model is loaded when the coordinator sends Load. A TCP address needs
+// --token_file: the group's shared token, which every call must carry.
+// Ends on SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(
+    std::string, listen, "",
+    "where to serve: unix:PATH (local) or HOST:PORT (needs --token_file)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the group's shared token (required for HOST:PORT)");
+
+namespace {
+
+volatile std::sig_atomic_t stop_signal = 0;
+void OnSignal(int sig) { stop_signal = sig; }
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "worker: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "one tensor-parallel rank of an octet model (started by the "
+      "coordinator)");
+  absl::ParseCommandLine(argc, argv);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty())
+    return Fail("--listen is required (unix:PATH or HOST:PORT)");
+  octet::WorkerServiceOptions options;
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return Fail("cannot read --token_file " + token_file);
+    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (options.token.empty())
+      return Fail("--token_file " + token_file + " is empty");
+  } else if (!absl::StartsWith(listen, "unix:")) {
+    return Fail("a TCP address (--listen " + listen +
+                ") needs --token_file: the group's shared token");
+  }
+  octet::WorkerService service(options);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return Fail("cannot listen on " + listen);
+  std::fprintf(stderr, "worker: listening on %s\n", listen.c_str());
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (stop_signal == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "worker: signal %d, shutting down\n",
+               static_cast<int>(stop_signal));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,287 @@
+#include "worker/worker_service.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "parallel/grpc_status.h"
+#include "parallel/store.h"
+#include "worker/backends.h"
+
+namespace octet {
+namespace {
+
+namespace rpc = internal::v1;
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
+  if (r.model_dir().empty()) return Invalid("load: model_dir is empty");
+  if (r.quantization() != "none" && r.quantization() != "fp8") {
+    return Invalid(absl::StrCat("load: quantization '", r.quantization(),
+                                "' is not none or fp8"));
+  }
+  if (r.world_size() < 1 || r.rank() < 0 || r.rank() >= r.world_size()) {
+    return Invalid(absl::StrCat("load: rank ", r.rank(), " is not in [0, ",
+                                r.world_size(), ")"));
+  }
+  if (r.world_size() > 1 && r.rendezvous_address().empty()) {
+    return Invalid("load: rendezvous_address is needed for world_size > 1");
+  }
+  if (r.kv_blocks() < 1 || r.kv_block_size() < 1) {
+    return Invalid(absl::StrCat("load: kv_blocks ", r.kv_blocks(),
+                                " and kv_block_size ", r.kv_block_size(),
+                                " must be at least 1"));
+  }
+  if (r.threads() < 0) return Invalid("load: threads must be >= 0");
+  if (r.collective_timeout_ms() < 0) {
+    return Invalid("load: collective_timeout_ms must be >= 0");
+  }
+  return grpc::Status::OK;
+}
+
+// The model's logits for `id` after the repetition penalty of `history`:
+// positive logits divided by it, negative ones multiplied.
+void ApplyRepetitionPenalty(const std::vector<int32_t>& history, float penalty,
+                            std::vector<float>& row) {
+  if (penalty == 1.0f) return;
+  absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
+  for (int32_t id : seen) {
+    if (id < 0 || id >= static_cast<int32_t>(row.size())) continue;
+    row[id] = row[id] > 0 ? row[id] / penalty : row[id] * penalty;
+  }
+}
+
+// log softmax(row)[id], in double.
+float LogProb(const std::vector<float>& row, int64_t id) {
+  double max = -INFINITY;
+  for (float v : row) max = std::max(max, static_cast<double>(v));
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - max);
+  return static_cast<float>(row[id] - max - std::log(sum));
+}
+
+}  // namespace
+
+WorkerService::~WorkerService() = default;
+
+grpc::Status WorkerService::Authorize(
+    const grpc::ServerContext& context) const {
+  if (options_.token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it != metadata.end() &&
+      std::string(it->second.data(), it->second.size()) ==
+          "Bearer " + options_.token) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "this worker needs the group's token");
+}
+
+grpc::Status WorkerService::Load(
+    grpc::ServerContext* context, const rpc::LoadRequest* request,
+    grpc::ServerWriter<rpc::LoadProgress>* writer) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
+  if (grpc::Status s = CheckLoadRequest(*request); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (loaded_ != nullptr || loading_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "load: this worker has loaded (or is loading) a "
+                          "model; start a new one");
+    }
+    loading_ = true;
+  }
+  // Loading takes long and runs outside the lock, so that Health answers.
+  auto result = std::make_unique<Loaded>();
+  auto report = [&](int64_t done, int64_t total, const std::string& stage) {
+    rpc::LoadProgress p;
+    p.set_done(done);
+    p.set_total(total);
+    p.set_stage(stage);
+    writer->Write(p);
+  };
+  absl::Status s = [&]() -> absl::Status {
+    const rpc::LoadRequest& r = *request;
+    result->rank = r.rank();
+    absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
+        Checkpoint::Open(r.model_dir());
+    if (!ckpt.ok()) return ckpt.status();
+    result->checkpoint = *std::move(ckpt);
+    const int64_t layers = result->checkpoint->config().num_layers;
+    const CpuKernelOptions cpu{.num_threads = r.threads()};
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        NewBackend(r.device().empty() ? "auto" : r.device(), cpu);
+    if (!backend.ok()) return backend.status();
+    result->backend = *std::move(backend);
+    if (r.world_size() == 1) {
+      result->comm = NewSingleRankCommunicator();
+    } else {
+      report(0, layers, absl::StrCat("joining the group of ", r.world_size()));
+      GrpcStore store(r.rendezvous_address());
+      const absl::Duration timeout =
+          r.collective_timeout_ms() > 0
+              ? absl::Milliseconds(r.collective_timeout_ms())
+              : absl::Seconds(60);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = NewCpuCommunicator(
+          store, r.rank(), r.world_size(),
+          r.transport().empty() ? "shm" : r.transport(), r.group(), timeout);
+      if (!comm.ok()) return comm.status();
+      result->comm = *std::move(comm);
+    }
+    ModelOptions o;
+    o.method =
+        r.quantization() == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
+    o.cpu = cpu;
+    o.comm = result->comm.get();
+    o.global_weight_scale = r.global_weight_scale();
+    o.on_layer_loaded = [&](int64_t done, int64_t total) {
+      report(done, total, "loading layers");
+    };
+    absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+        LlamaModel::Load(*result->checkpoint, *result->backend, o);
+    if (!model.ok()) return model.status();
+    result->model = *std::move(model);
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = result->model->NewKvCache(
+        {.block_size = r.kv_block_size(), .num_blocks = r.kv_blocks()});
+    if (!cache.ok()) return cache.status();
+    result->cache = *std::move(cache);
+    return absl::OkStatus();
+  }();
+  absl::MutexLock lock(&mu_);
+  loading_ = false;
+  if (!s.ok()) {
+    return ToGrpc(absl::Status(
+        s.code(), absl::StrCat("rank ", request->rank(), ": ", s.message())));
+  }
+  loaded_ = std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Step(grpc::ServerContext* context,
+                                 const rpc::StepRequest* request,
+                                 rpc::StepResponse* response) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (loaded_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        loading_ ? "step: the model is still loading"
+                                 : "step: no model loaded");
+  }
+  const KvCache& cache = *loaded_->cache;
+  // The batch as the model takes it; the coordinator's block tables are
+  // checked against this cache, so a bad one is an error, not a stray write.
+  std::vector<std::vector<int32_t>> tables(request->seqs_size());
+  std::vector<SequenceStep> steps(request->seqs_size());
+  absl::flat_hash_set<uint64_t> ids;
+  for (int i = 0; i < request->seqs_size(); ++i) {
+    const rpc::SequenceStep& q = request->seqs(i);
+    const int64_t end = q.start() + q.tokens_size();
+    if (q.tokens_size() == 0 || q.start() < 0 ||
+        !ids.insert(q.seq_id()).second) {
+      return Invalid(absl::StrCat("step: sequence ", q.seq_id(),
+                                  " has no tokens, a negative start or "
+                                  "appears twice"));
+    }
+    if (cache.BlocksFor(end) > q.block_table_size()) {
+      return Invalid(absl::StrCat("step: sequence ", q.seq_id(), "'s ",
+                                  q.block_table_size(), " blocks do not hold ",
+                                  end, " tokens"));
+    }
+    for (int32_t b : q.block_table()) {
+      if (b < 0 || b >= cache.num_blocks()) {
+        return Invalid(absl::StrCat("step: sequence ", q.seq_id(), ": block ",
+                                    b, " is not in [0, ", cache.num_blocks(),
+                                    ")"));
+      }
+    }
+    tables[i].assign(q.block_table().begin(), q.block_table().end());
+    steps[i].tokens.assign(q.tokens().begin(), q.tokens().end());
+    steps[i].start_position = q.start();
+    steps[i].block_table = &tables[i];
+  }
+  if (steps.empty()) return grpc::Status::OK;
+  std::vector<float> logits;
+  absl::Status s = loaded_->model->Forward(steps, *loaded_->cache, &logits);
+  if (!s.ok()) return ToGrpc(s);
+  if (loaded_->rank != 0) return grpc::Status::OK;
+  const int64_t vocab = loaded_->model->config().vocab_size;
+  for (int i = 0; i < request->seqs_size(); ++i) {
+    s = Sample(request->seqs(i), logits.data() + i * vocab, response);
+    if (!s.ok()) return ToGrpc(s);
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status WorkerService::Sample(const rpc::SequenceStep& q,
+                                   const float* logits,
+                                   rpc::StepResponse* out) {
+  SeqState& state = seqs_[q.seq_id()];
+  // Every token fed, in order; a sequence fed again from an earlier
+  // position (recomputed after a preemption) rewrites its history there.
+  if (static_cast<int64_t>(state.history.size()) > q.start()) {
+    state.history.resize(q.start());
+  }
+  state.history.insert(state.history.end(), q.tokens().begin(),
+                       q.tokens().end());
+  if (!q.sample()) return absl::OkStatus();
+  const rpc::Sampling& p = q.sampling();
+  if (!(std::isfinite(p.repetition_penalty()) && p.repetition_penalty() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: sequence ", q.seq_id(), ": repetition_penalty ",
+                     p.repetition_penalty(), " is not a number > 0"));
+  }
+  if (state.sampler == nullptr) {
+    const SamplingParams params{.temperature = p.temperature(),
+                                .top_k = p.top_k(),
+                                .top_p = p.top_p(),
+                                .seed = p.seed()};
+    absl::Status s = ValidateSamplingParams(params);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: sequence ", q.seq_id(), ": ", s.message()));
+    }
+    state.sampler = std::make_unique<Sampler>(params);
+  }
+  const int64_t vocab = loaded_->model->config().vocab_size;
+  std::vector<float> row(logits, logits + vocab);
+  ApplyRepetitionPenalty(state.history, p.repetition_penalty(), row);
+  const int64_t token = state.sampler->Sample(row);
+  rpc::SampledToken* t = out->add_tokens();
+  t->set_seq_id(q.seq_id());
+  t->set_token(static_cast<int32_t>(token));
+  if (q.logprobs()) t->set_logprob(LogProb(row, token));
+  return absl::OkStatus();
+}
+
+grpc::Status WorkerService::Free(grpc::ServerContext* context,
+                                 const rpc::FreeRequest* request,
+                                 rpc::FreeResponse*) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : request->seq_ids()) seqs_.erase(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Health(grpc::ServerContext* context,
+                                   const rpc::HealthRequest*,
+                                   rpc::HealthResponse* response) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  response->set_loaded(loaded_ != nullptr);
+  if (loaded_ != nullptr) {
+    response->set_rank(loaded_->rank);
+    response->set_description(absl::StrCat(loaded_->backend->Describe(), "; ",
+                                           loaded_->comm->Describe()));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace octet

@@ -1,0 +1,80 @@
+// The worker process's gRPC service (proto/octet/internal/v1/worker.proto):
+// one tensor-parallel rank that loads its shard when the coordinator says
+// so and runs the forward passes the coordinator schedules. The coordinator
+// owns the KV-cache block tables; the worker stores keys and values where
+// they say. Rank 0 samples (each sequence's sampler and token history live
+// here, so that seeds and repetition penalties work across steps).
+//
+// Thread-safe: calls are served one at a time (one model, one cache).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/backend.h"
+#include "kernels/sampling.h"
+#include "octet/internal/v1/worker.grpc.pb.h"
+#include "parallel/communicator.h"
+#include "worker/checkpoint.h"
+#include "worker/kv_cache.h"
+#include "worker/llama_model.h"
+
+namespace octet {
+
+struct WorkerServiceOptions {
+  // When not empty, every call must carry "authorization: Bearer <token>"
+  // (remote workers); empty for workers on a Unix socket.
+  std::string token;
+};
+
+class WorkerService final : public internal::v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerServiceOptions options)
+      : options_(std::move(options)) {}
+  ~WorkerService() override;
+
+  grpc::Status Load(
+      grpc::ServerContext* context, const internal::v1::LoadRequest* request,
+      grpc::ServerWriter<internal::v1::LoadProgress>* writer) override;
+  grpc::Status Step(grpc::ServerContext* context,
+                    const internal::v1::StepRequest* request,
+                    internal::v1::StepResponse* response) override;
+  grpc::Status Free(grpc::ServerContext* context,
+                    const internal::v1::FreeRequest* request,
+                    internal::v1::FreeResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context,
+                      const internal::v1::HealthRequest* request,
+                      internal::v1::HealthResponse* response) override;
+
+ private:
+  // What a loaded rank holds; destroyed in reverse order.
+  struct Loaded {
+    int rank = 0;
+    std::unique_ptr<Checkpoint> checkpoint;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<LlamaModel> model;
+    std::unique_ptr<KvCache> cache;
+  };
+  // Rank 0's per-sequence sampling state.
+  struct SeqState {
+    std::unique_ptr<Sampler> sampler;
+    std::vector<int32_t> history;  // every token fed so far
+  };
+
+  grpc::Status Authorize(const grpc::ServerContext& context) const;
+  absl::Status Sample(const internal::v1::SequenceStep& seq,
+                      const float* logits, internal::v1::StepResponse* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const WorkerServiceOptions options_;
+  absl::Mutex mu_;
+  std::unique_ptr<Loaded> loaded_ ABSL_GUARDED_BY(mu_);
+  bool loading_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<uint64_t, SeqState> seqs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace octet
