@@ -161,7 +161,11 @@ grpc::Status WorkerService::Load(
     return ToGrpc(absl::Status(
         s.code(), absl::StrCat("rank ", request->rank(), ": ", s.message())));
   }
+  description_ = absl::StrCat(result->backend->Describe(), "; ",
+                              result->comm->Describe());
+  rank_.store(result->rank);
   loaded_ = std::move(result);
+  ready_.store(true, std::memory_order_release);
   return grpc::Status::OK;
 }
 
@@ -274,12 +278,10 @@ grpc::Status WorkerService::Health(grpc::ServerContext* context,
                                    const rpc::HealthRequest*,
                                    rpc::HealthResponse* response) {
   if (grpc::Status s = Authorize(*context); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  response->set_loaded(loaded_ != nullptr);
-  if (loaded_ != nullptr) {
-    response->set_rank(loaded_->rank);
-    response->set_description(absl::StrCat(loaded_->backend->Describe(), "; ",
-                                           loaded_->comm->Describe()));
+  if (ready_.load(std::memory_order_acquire)) {
+    response->set_loaded(true);
+    response->set_rank(rank_.load());
+    response->set_description(description_);
   }
   return grpc::Status::OK;
 }

@@ -5,9 +5,11 @@
 // they say. Rank 0 samples (each sequence's sampler and token history live
 // here, so that seeds and repetition penalties work across steps).
 //
-// Thread-safe: calls are served one at a time (one model, one cache).
+// Thread-safe: Load, Step and Free are served one at a time (one model, one
+// cache); Health answers at once, also while a long call runs.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -71,6 +73,11 @@ class WorkerService final : public internal::v1::Worker::Service {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerServiceOptions options_;
+  // Health answers from these, without waiting for a long Step or Load: a
+  // busy worker is alive. `description_` is written once, before `ready_`.
+  std::atomic<bool> ready_{false};
+  std::atomic<int> rank_{-1};
+  std::string description_;
   absl::Mutex mu_;
   std::unique_ptr<Loaded> loaded_ ABSL_GUARDED_BY(mu_);
   bool loading_ ABSL_GUARDED_BY(mu_) = false;

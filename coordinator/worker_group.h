@@ -1,0 +1,104 @@
+// The coordinator's tensor-parallel worker group: one `worker` process per
+// rank (worker/worker_main.cc), spawned here on private Unix sockets, or
+// already running elsewhere (`remote` addresses, reached with the group's
+// shared token). The group serves the rendezvous store the ranks meet
+// through, loads the model on every rank, and sends each step to all of
+// them at once.
+//
+// A group that loses a rank fails as a whole: a watchdog notices a spawned
+// worker's exit at once and a worker that stops answering its health check
+// within `health_timeout`; every step in flight or later then ends with
+// UNAVAILABLE. The coordinator replaces a failed group with a new one.
+//
+// Thread-safe: Step and Free may come from one thread while the watchdog
+// runs; failed() from anywhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "octet/internal/v1/worker.grpc.pb.h"
+#include "parallel/store.h"
+
+namespace octet {
+
+struct WorkerGroupOptions {
+  int tp = 1;
+  // Spawned workers: the `worker` program (its path).
+  std::string worker_program;
+  // Or already running workers, one HOST:PORT per rank (then nothing is
+  // spawned), with their shared token.
+  std::vector<std::string> remote;
+  std::string token;
+  // Where remote workers reach the rendezvous store: HOST:PORT on this
+  // machine (port 0 picks one). Spawned workers use loopback.
+  std::string rendezvous_listen = "127.0.0.1:0";
+  // What every rank loads; rank, world size and rendezvous are set here.
+  internal::v1::LoadRequest load;
+  // Bounds: a worker to come up, the load, a step, a health check.
+  absl::Duration start_timeout = absl::Seconds(30);
+  absl::Duration load_timeout = absl::Minutes(30);
+  absl::Duration step_timeout = absl::Minutes(10);
+  absl::Duration health_timeout = absl::Seconds(2);
+};
+
+class WorkerGroup {
+ public:
+  // Load progress of each rank, as it comes (from the loading threads).
+  using Progress =
+      std::function<void(int rank, const internal::v1::LoadProgress&)>;
+
+  // Starts (or connects to) every rank and loads the model; the first
+  // failure, naming the rank, if any does not come up or load.
+  static absl::StatusOr<std::unique_ptr<WorkerGroup>> Start(
+      const WorkerGroupOptions& options, const Progress& progress);
+  ~WorkerGroup();  // stops spawned workers
+
+  // One step on every rank: rank 0's answer (the sampled tokens).
+  // UNAVAILABLE once the group has failed (see above).
+  absl::StatusOr<internal::v1::StepResponse> Step(
+      const internal::v1::StepRequest& request);
+  absl::Status Free(const std::vector<uint64_t>& seq_ids);
+
+  // Why the group failed; OK while it serves.
+  absl::Status failed() const;
+  int size() const { return static_cast<int>(stubs_.size()); }
+  // Spawned workers' process ids (empty for remote workers).
+  std::vector<pid_t> pids() const { return pids_; }
+
+ private:
+  explicit WorkerGroup(const WorkerGroupOptions& options) : options_(options) {}
+  absl::Status Spawn();
+  absl::Status Connect(const std::vector<std::string>& targets);
+  absl::Status LoadAll(const Progress& progress);
+  void Watch(int rank);
+  // Marks the group failed (the first reason stays) and cancels the calls
+  // in flight.
+  void Fail(const absl::Status& why);
+  // A context for a call to a worker, with the token and a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+
+  const WorkerGroupOptions options_;
+  std::string socket_dir_;  // spawned workers' sockets (private: 0700)
+  std::vector<pid_t> pids_;
+  std::vector<std::unique_ptr<internal::v1::Worker::Stub>> stubs_;
+  InMemoryStore store_;
+  std::unique_ptr<RendezvousServer> rendezvous_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> watchdogs_;
+  mutable absl::Mutex mu_;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  std::vector<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace octet
