@@ -175,6 +175,12 @@ void Scheduler::RequeueAll() {
   running_.clear();
 }
 
+std::vector<SeqId> Scheduler::running_ids() const {
+  std::vector<SeqId> ids;
+  for (const Seq* s : running_) ids.push_back(s->id);
+  return ids;
+}
+
 std::vector<int32_t> Scheduler::tokens(SeqId id) const {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? std::vector<int32_t>{} : it->second->tokens;

@@ -99,6 +99,8 @@ class Scheduler {
     return static_cast<int64_t>(free_blocks_.size());
   }
   int64_t used_blocks() const { return options_.num_blocks - free_blocks(); }
+  // The sequences in the running batch (not the waiting ones).
+  std::vector<SeqId> running_ids() const;
   // Every token of `id` so far: prompt, then generated (empty if unknown).
   std::vector<int32_t> tokens(SeqId id) const;
 

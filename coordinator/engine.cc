@@ -1,0 +1,334 @@
+#include "coordinator/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace octet {
+
+namespace rpc = internal::v1;
+
+struct Engine::Active {
+  uint64_t id = 0;
+  ValidRequest request;
+  RequestCallbacks callbacks;
+  uint64_t seed = 0;
+  std::unique_ptr<TextDecoder> decoder;
+  std::string text;  // generated so far (stop strings cut off)
+  size_t sent = 0;   // bytes of `text` delivered
+  int64_t generated = 0;
+  absl::Time arrival, first_token;
+};
+
+namespace {
+
+// The longest stop string, less one: how much text to hold back, since it
+// may be the start of a stop string.
+size_t HoldBack(const ValidRequest& r) {
+  size_t longest = 0;
+  for (const std::string& s : r.stop) longest = std::max(longest, s.size());
+  return longest > 0 ? longest - 1 : 0;
+}
+
+// `at`, moved back to the start of a UTF-8 character (a message's string
+// must be whole characters).
+size_t CharStart(const std::string& text, size_t at) {
+  while (at > 0 && at < text.size() &&
+         (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) {
+    --at;
+  }
+  return at;
+}
+
+bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(EngineOptions options) {
+  if (!options.start_group) {
+    return absl::InvalidArgumentError("engine: start_group is required");
+  }
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(options.scheduler);
+  if (!scheduler.ok()) return scheduler.status();
+  std::unique_ptr<Engine> e(new Engine(std::move(options)));
+  e->scheduler_ = *std::move(scheduler);
+  e->thread_ = std::thread(&Engine::Loop, e.get());
+  return e;
+}
+
+Engine::Engine(EngineOptions options) : options_(std::move(options)) {}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    wake_.SignalAll();
+  }
+  thread_.join();
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(ValidRequest request,
+                                        RequestCallbacks callbacks) {
+  const SchedulerOptions& so = options_.scheduler;
+  const int64_t tokens =
+      static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  const int64_t blocks = (tokens + so.block_size - 1) / so.block_size;
+  if (blocks > so.num_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stopping.max_new_tokens: the prompt and ",
+                     request.max_new_tokens, " new tokens need ", blocks,
+                     " KV-cache blocks; the server has ", so.num_blocks));
+  }
+  auto a = std::make_unique<Active>();
+  a->request = std::move(request);
+  a->callbacks = std::move(callbacks);
+  a->arrival = absl::Now();
+  if (a->request.seed.has_value()) {
+    a->seed = *a->request.seed;
+  } else {
+    std::random_device random;
+    a->seed = (uint64_t{random()} << 32) | random();
+  }
+  absl::MutexLock lock(&mu_);
+  if (stop_) return absl::UnavailableError("the server is stopping");
+  if (queued_ + static_cast<int64_t>(submitted_.size()) >= so.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the queue is full (", so.max_waiting, " waiting requests)"));
+  }
+  a->id = next_id_++;
+  const uint64_t id = a->id;
+  submitted_.push_back(std::move(a));
+  wake_.Signal();
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  cancelled_.push_back(id);
+  wake_.Signal();
+}
+
+bool Engine::serving() const {
+  absl::MutexLock lock(&mu_);
+  return serving_;
+}
+
+absl::Status Engine::last_failure() const {
+  absl::MutexLock lock(&mu_);
+  return last_failure_;
+}
+
+void Engine::End(Active& a, const absl::Status& status, Finish finish) {
+  Outcome o;
+  o.status = status;
+  o.finish = finish;
+  o.prompt_tokens = static_cast<int64_t>(a.request.prompt.size());
+  o.completion_tokens = a.generated;
+  const absl::Time now = absl::Now();
+  o.total_seconds = absl::ToDoubleSeconds(now - a.arrival);
+  if (a.generated > 0) {
+    o.time_to_first_token_seconds =
+        absl::ToDoubleSeconds(a.first_token - a.arrival);
+  }
+  Delta rest;
+  if (status.ok()) rest.text = a.text.substr(a.sent);
+  if (a.callbacks.on_done) a.callbacks.on_done(rest, o);
+}
+
+void Engine::EndRunning(const absl::Status& status) {
+  for (SeqId id : scheduler_->running_ids()) {
+    scheduler_->Finish(id);
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    End(*it->second, status, Finish::kLength);
+    active_.erase(it);
+  }
+}
+
+bool Engine::Deliver(Active& a, int32_t token, float logprob) {
+  if (a.generated++ == 0) a.first_token = absl::Now();
+  Delta d;
+  d.token_ids.push_back(token);
+  if (a.request.logprobs) d.logprobs.push_back(logprob);
+  const ValidRequest& r = a.request;
+  bool stopped = Contains(r.stop_token_ids, token);
+  const bool eos = !stopped && Contains(r.eos_ids, token);
+  bool stop_string = false;
+  if (a.decoder != nullptr) {
+    a.text += a.decoder->Add(token);
+    // The earliest stop string in what was not sent (text already sent
+    // never holds the start of one: see HoldBack).
+    size_t cut = std::string::npos;
+    for (const std::string& s : r.stop) {
+      cut = std::min(cut, a.text.find(s, a.sent));
+    }
+    if (cut != std::string::npos) {
+      a.text.resize(cut);
+      stop_string = stopped = true;
+    }
+  }
+  const bool done = stopped || eos || a.generated >= r.max_new_tokens;
+  if (done) {
+    if (a.decoder != nullptr && !stop_string) a.text += a.decoder->Finish();
+    if (a.callbacks.on_delta) {
+      d.text = a.text.substr(a.sent);
+      a.sent = a.text.size();
+      a.callbacks.on_delta(d);
+    }
+    End(a, absl::OkStatus(),
+        stopped ? Finish::kStop
+        : eos   ? Finish::kEos
+                : Finish::kLength);
+    return true;
+  }
+  const size_t hold = HoldBack(r);
+  size_t safe = a.text.size() > hold ? a.text.size() - hold : 0;
+  safe = CharStart(a.text, safe);
+  if (safe > a.sent) {
+    d.text = a.text.substr(a.sent, safe - a.sent);
+    a.sent = safe;
+  }
+  if (a.callbacks.on_delta) a.callbacks.on_delta(d);
+  return false;
+}
+
+bool Engine::RunStep(const StepPlan& plan) {
+  rpc::StepRequest request;
+  request.set_step(++steps_);
+  for (const ScheduledSeq& q : plan.seqs) {
+    const Active& a = *active_.at(q.id);
+    rpc::SequenceStep* s = request.add_seqs();
+    s->set_seq_id(q.id);
+    s->set_start(q.start);
+    s->mutable_tokens()->Add(q.tokens.begin(), q.tokens.end());
+    s->mutable_block_table()->Add(q.block_table->begin(), q.block_table->end());
+    s->set_sample(q.sample);
+    rpc::Sampling* p = s->mutable_sampling();
+    p->set_temperature(a.request.temperature);
+    p->set_top_p(a.request.top_p);
+    p->set_top_k(static_cast<int32_t>(a.request.top_k));
+    p->set_seed(a.seed);
+    p->set_repetition_penalty(a.request.repetition_penalty);
+    s->set_logprobs(a.request.logprobs);
+  }
+  absl::StatusOr<rpc::StepResponse> response = group_->Step(request);
+  if (!response.ok()) {
+    if (!group_->failed().ok()) return false;
+    // Refused as malformed: a bug here, not the workers'; those sequences
+    // end, the group serves on.
+    for (const ScheduledSeq& q : plan.seqs) {
+      scheduler_->Finish(q.id);
+      End(*active_.at(q.id),
+          absl::InternalError(
+              absl::StrCat("step refused: ", response.status().message())),
+          Finish::kLength);
+      active_.erase(q.id);
+    }
+    return true;
+  }
+  std::vector<uint64_t> done;
+  for (const rpc::SampledToken& t : response->tokens()) {
+    auto it = active_.find(t.seq_id());
+    if (it == active_.end()) continue;
+    if (!scheduler_->Append(t.seq_id(), t.token()).ok()) continue;
+    if (Deliver(*it->second, t.token(), t.logprob())) {
+      scheduler_->Finish(t.seq_id());
+      active_.erase(it);
+      done.push_back(t.seq_id());
+    }
+  }
+  group_->Free(done).IgnoreError();  // a failed group shows at the next step
+  return true;
+}
+
+void Engine::Loop() {
+  for (;;) {
+    std::deque<std::unique_ptr<Active>> fresh;
+    std::vector<uint64_t> cancels;
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep while there is nothing to do: no requests, and a group that
+      // serves (a missing or failed one is replaced first).
+      const bool group_ok = group_ != nullptr && group_->failed().ok();
+      while (!stop_ && submitted_.empty() && cancelled_.empty() &&
+             active_.empty() && group_ok) {
+        wake_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+        if (!group_->failed().ok()) break;
+      }
+      if (stop_) break;
+      fresh.swap(submitted_);
+      cancels.swap(cancelled_);
+    }
+    for (uint64_t id : cancels) {
+      auto f = std::find_if(fresh.begin(), fresh.end(),
+                            [&](const auto& a) { return a->id == id; });
+      if (f != fresh.end()) {
+        End(**f, absl::CancelledError("cancelled"), Finish::kLength);
+        fresh.erase(f);
+        continue;
+      }
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      scheduler_->Finish(id);  // its blocks are free now
+      End(*it->second, absl::CancelledError("cancelled"), Finish::kLength);
+      active_.erase(it);
+      if (group_ != nullptr) group_->Free({id}).IgnoreError();
+    }
+    for (auto& a : fresh) {
+      const uint64_t id = a->id;
+      absl::Status s =
+          scheduler_->Add(id, a->request.prompt, a->request.max_new_tokens);
+      if (!s.ok()) {
+        End(*a, s, Finish::kLength);
+        continue;
+      }
+      if (options_.new_decoder) a->decoder = options_.new_decoder();
+      active_[id] = std::move(a);
+    }
+    // Replace a failed (or not yet started) group; what it was running
+    // ends, the queue waits.
+    if (group_ == nullptr || !group_->failed().ok()) {
+      if (group_ != nullptr) {
+        const absl::Status why = group_->failed();
+        EndRunning(why);
+        group_.reset();
+        absl::MutexLock lock(&mu_);
+        serving_ = false;
+        last_failure_ = why;
+      }
+      absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
+      absl::MutexLock lock(&mu_);
+      queued_ = scheduler_->waiting();
+      if (!g.ok()) {
+        last_failure_ = g.status();
+        wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
+        continue;
+      }
+      group_ = *std::move(g);
+      serving_ = true;
+    }
+    if (active_.empty()) continue;
+    const StepPlan plan = scheduler_->Schedule();
+    {
+      absl::MutexLock lock(&mu_);
+      queued_ = scheduler_->waiting();
+    }
+    if (plan.seqs.empty()) continue;
+    RunStep(plan);
+  }
+  // Stopping: every request ends.
+  const absl::Status stopping =
+      absl::UnavailableError("the server is stopping");
+  for (auto& [id, a] : active_) End(*a, stopping, Finish::kLength);
+  active_.clear();
+  absl::MutexLock lock(&mu_);
+  for (auto& a : submitted_) End(*a, stopping, Finish::kLength);
+  submitted_.clear();
+}
+
+}  // namespace octet

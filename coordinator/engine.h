@@ -1,0 +1,124 @@
+// The coordinator's step loop: requests in, tokens out. It owns the
+// scheduler (scheduler.h) and the worker group (worker_group.h) and runs one
+// thread that, step after step, plans a batch, has the workers run it, and
+// hands each request its new tokens and text; it checks the stopping rules
+// (EOS, stop tokens, stop strings, max_new_tokens), ends cancelled requests
+// and frees their KV blocks at the next step boundary, and replaces a failed
+// worker group: the requests it was running end with UNAVAILABLE, the queued
+// ones wait and then run on the new group.
+//
+// Thread-safe: Submit, Cancel and the accessors from any thread. Callbacks
+// run on the engine's thread and must not block.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/request.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/worker_group.h"
+
+namespace octet {
+
+// A sequence's generated text, piece by piece (the model's tokenizer).
+class TextDecoder {
+ public:
+  virtual ~TextDecoder() = default;
+  virtual std::string Add(int32_t id) = 0;  // the text `id` completes
+  virtual std::string Finish() = 0;         // what is still held back
+};
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  // A new worker group (the first, and each replacement).
+  std::function<absl::StatusOr<std::unique_ptr<WorkerGroup>>()> start_group;
+  // A text decoder per request; null: token ids only (no text, no stop
+  // strings).
+  std::function<std::unique_ptr<TextDecoder>()> new_decoder;
+  // Pause between attempts to replace a failed group.
+  absl::Duration restart_backoff = absl::Seconds(1);
+};
+
+enum class Finish { kLength, kEos, kStop };
+
+// New output of a request.
+struct Delta {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;  // when asked for: one per token id
+};
+
+struct Outcome {
+  absl::Status status;  // OK, CANCELLED or UNAVAILABLE
+  Finish finish = Finish::kLength;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double time_to_first_token_seconds = 0, total_seconds = 0;
+};
+
+struct RequestCallbacks {
+  std::function<void(const Delta&)> on_delta;
+  // Last: the output not yet delivered, and how the request ended.
+  std::function<void(const Delta&, const Outcome&)> on_done;
+};
+
+class Engine {
+ public:
+  // Starts the first worker group in the background (serving() turns true
+  // once it is loaded) and the step loop.
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(EngineOptions options);
+  ~Engine();  // ends every request (UNAVAILABLE) and stops the workers
+
+  // Queues a request; its callbacks run later on the engine's thread. Its
+  // id, or ResourceExhausted (queue full) / InvalidArgument (it could never
+  // fit in the KV cache).
+  absl::StatusOr<uint64_t> Submit(ValidRequest request,
+                                  RequestCallbacks callbacks);
+  // Ends a request (CANCELLED) at the next step boundary, freeing its
+  // blocks; unknown or finished ids are ignored.
+  void Cancel(uint64_t id);
+
+  // Whether a loaded worker group serves (health).
+  bool serving() const;
+  // Why the last group failed or did not start (OK if none did).
+  absl::Status last_failure() const;
+
+ private:
+  struct Active;
+  explicit Engine(EngineOptions options);
+  void Loop();
+  // Runs one step of the plan; false when the group failed.
+  bool RunStep(const StepPlan& plan);
+  // Hands `token` to its request; true when the request is done.
+  bool Deliver(Active& a, int32_t token, float logprob);
+  void End(Active& a, const absl::Status& status, Finish finish);
+  void EndRunning(const absl::Status& status);
+
+  const EngineOptions options_;
+  std::unique_ptr<Scheduler> scheduler_;  // engine thread only
+  std::unique_ptr<WorkerGroup> group_;    // engine thread only
+  uint64_t steps_ = 0;                    // engine thread only
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status last_failure_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet running
+  std::deque<std::unique_ptr<Active>> submitted_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancelled_ ABSL_GUARDED_BY(mu_);
+  // Requests the scheduler holds (engine thread only).
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Active>> active_;
+  std::thread thread_;
+};
+
+}  // namespace octet

@@ -1,0 +1,284 @@
+// The coordinator's step loop (coordinator/engine.h) over a real TP = 2
+// worker group (tiny preset, FP8): concurrent requests get what one rank
+// generates alone, as tokens and as text; stop tokens and stop strings end
+// a request where they should; cancellation; the queue limit; and a worker
+// killed mid-generation: the running request ends with UNAVAILABLE within
+// 5 s, the queued one is served by the replacement group.
+#include "coordinator/engine.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "kernels/cpu/backend.h"
+#include "tests/process_util.h"
+#include "worker/generator.h"
+#include "worker/synthetic.h"
+#include "worker/tokenizer.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StreamDecoder : public TextDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t) : stream_(t) {}
+  std::string Add(int32_t id) override { return stream_.Add(id); }
+  std::string Finish() override { return stream_.Finish(); }
+
+ private:
+  TextStream stream_;
+};
+
+// What a request received, filled by its callbacks.
+struct Received {
+  absl::Mutex mu;
+  std::vector<int32_t> tokens;
+  std::string text;
+  int deltas = 0;
+  Outcome outcome;
+  absl::Notification first, done;
+
+  RequestCallbacks Callbacks() {
+    return {.on_delta =
+                [this](const Delta& d) {
+                  absl::MutexLock lock(&mu);
+                  tokens.insert(tokens.end(), d.token_ids.begin(),
+                                d.token_ids.end());
+                  text += d.text;
+                  if (deltas++ == 0) first.Notify();
+                },
+            .on_done =
+                [this](const Delta& d, const Outcome& o) {
+                  {
+                    absl::MutexLock lock(&mu);
+                    text += d.text;
+                    outcome = o;
+                  }
+                  if (!first.HasBeenNotified()) first.Notify();
+                  done.Notify();
+                }};
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        absl::StrCat("octet_engine_", ::getpid()));
+    ASSERT_TRUE(
+        WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 6}, Model())
+            .ok());
+    auto t = Tokenizer::Load(Model());
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string Model() { return (*dir_ / "tiny").string(); }
+
+  // An engine over TP = 2 worker groups; `groups_` sees each new one.
+  std::unique_ptr<Engine> Start(int64_t max_running = 8,
+                                int64_t max_waiting = 64) {
+    EngineOptions o;
+    o.scheduler = {.num_blocks = 64,
+                   .block_size = 8,
+                   .max_tokens_per_step = 64,
+                   .max_running = max_running,
+                   .max_waiting = max_waiting};
+    o.start_group = [this]() -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+      WorkerGroupOptions g;
+      g.tp = 2;
+      g.worker_program = testing::SiblingProgram("worker");
+      g.load.set_model_dir(Model());
+      g.load.set_quantization("fp8");
+      g.load.set_global_weight_scale(true);
+      g.load.set_transport("shm");
+      g.load.set_device("cpu");
+      g.load.set_kv_blocks(64);
+      g.load.set_kv_block_size(8);
+      g.load.set_threads(1);
+      auto group = WorkerGroup::Start(g, nullptr);
+      if (group.ok()) {
+        absl::MutexLock lock(&mu_);
+        pids_ = (*group)->pids();
+        ++groups_;
+      }
+      return group;
+    };
+    o.new_decoder = [] { return std::make_unique<StreamDecoder>(*tokenizer_); };
+    o.restart_backoff = absl::Milliseconds(200);
+    auto e = Engine::Start(std::move(o));
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *std::move(e);
+  }
+
+  static ValidRequest Greedy(std::vector<int32_t> prompt, int64_t max_new) {
+    ValidRequest r;
+    r.prompt = std::move(prompt);
+    r.temperature = 0.0f;
+    r.max_new_tokens = max_new;
+    return r;
+  }
+
+  // Greedy tokens of one rank in this process.
+  static std::vector<int32_t> Expected(const std::vector<int32_t>& prompt,
+                                       int64_t max_new) {
+    auto ckpt = Checkpoint::Open(Model());
+    auto backend = NewCpuBackend({.num_threads = 1});
+    ModelOptions mo;
+    mo.method = LinearMethod::kFp8;
+    auto model = LlamaModel::Load(**ckpt, *backend, mo);
+    auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = max_new;
+    r.sampling.temperature = 0.0f;
+    auto out = Generate(**model, **cache, {r});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return (*out)[0].tokens;
+  }
+
+  static std::string Text(const std::vector<int32_t>& ids) {
+    return tokenizer_->Decode(std::vector<int64_t>(ids.begin(), ids.end()));
+  }
+
+  absl::Mutex mu_;
+  std::vector<pid_t> pids_;
+  int groups_ = 0;
+  static fs::path* dir_;
+  static Tokenizer* tokenizer_;
+};
+
+fs::path* EngineTest::dir_ = nullptr;
+Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {1, 17, 33, 90, 5}, {1, 200, 201}, {1, 9, 8, 7, 6, 5, 4, 3, 2, 99}};
+
+TEST_F(EngineTest, ConcurrentRequestsGetWhatOneRankGeneratesAlone) {
+  auto engine = Start();
+  std::vector<std::unique_ptr<Received>> got;
+  for (const auto& p : kPrompts) {
+    got.push_back(std::make_unique<Received>());
+    ASSERT_TRUE(engine->Submit(Greedy(p, 12), got.back()->Callbacks()).ok());
+  }
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    ASSERT_TRUE(got[i]->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    const std::vector<int32_t> want = Expected(kPrompts[i], 12);
+    absl::MutexLock lock(&got[i]->mu);
+    EXPECT_TRUE(got[i]->outcome.status.ok()) << got[i]->outcome.status;
+    EXPECT_EQ(got[i]->tokens, want) << "request " << i;
+    EXPECT_EQ(got[i]->text, Text(want)) << "request " << i;
+    EXPECT_EQ(got[i]->outcome.finish, Finish::kLength);
+    EXPECT_EQ(got[i]->outcome.completion_tokens, 12);
+    EXPECT_EQ(got[i]->outcome.prompt_tokens,
+              static_cast<int64_t>(kPrompts[i].size()));
+    EXPECT_GT(got[i]->outcome.time_to_first_token_seconds, 0);
+    EXPECT_GE(got[i]->deltas, 12);  // streamed: one delta per token
+  }
+  EXPECT_TRUE(engine->serving());
+}
+
+TEST_F(EngineTest, StopTokensAndStopStringsEndWhereTheyShould) {
+  const std::vector<int32_t> full = Expected(kPrompts[0], 16);
+  const std::string text = Text(full);
+  auto engine = Start();
+  // A stop token: the request ends with it (included), reason STOP.
+  ValidRequest r = Greedy(kPrompts[0], 16);
+  r.stop_token_ids = {full[5]};
+  Received a;
+  ASSERT_TRUE(engine->Submit(r, a.Callbacks()).ok());
+  ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  const size_t at = std::find(full.begin(), full.end(), full[5]) - full.begin();
+  EXPECT_EQ(a.tokens,
+            std::vector<int32_t>(full.begin(), full.begin() + at + 1));
+  EXPECT_EQ(a.outcome.finish, Finish::kStop);
+  // A stop string: the text ends just before it, never streamed.
+  ASSERT_GE(text.size(), 8u);
+  const std::string stop = text.substr(4, 3);
+  r = Greedy(kPrompts[0], 16);
+  r.stop = {stop};
+  Received b;
+  ASSERT_TRUE(engine->Submit(r, b.Callbacks()).ok());
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(b.text, text.substr(0, text.find(stop))) << "stop '" << stop << "'";
+  EXPECT_EQ(b.outcome.finish, Finish::kStop);
+  // EOS: the model's end token ends it, reason EOS.
+  r = Greedy(kPrompts[0], 16);
+  r.eos_ids = {full[2]};
+  Received c;
+  ASSERT_TRUE(engine->Submit(r, c.Callbacks()).ok());
+  ASSERT_TRUE(c.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(c.outcome.finish, Finish::kEos);
+  EXPECT_EQ(c.tokens.back(), full[2]);
+}
+
+TEST_F(EngineTest, CancellingEndsARequestAndTheQueueIsBounded) {
+  auto engine = Start(/*max_running=*/1, /*max_waiting=*/2);
+  Received a;
+  auto id = engine->Submit(Greedy(kPrompts[1], 400), a.Callbacks());
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(a.first.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // a runs; two more wait; the next is refused.
+  Received b, c;
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[0], 4), b.Callbacks()).ok());
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[2], 4), c.Callbacks()).ok());
+  Received d;
+  EXPECT_EQ(
+      engine->Submit(Greedy(kPrompts[0], 4), d.Callbacks()).status().code(),
+      absl::StatusCode::kResourceExhausted);
+  const absl::Time start = absl::Now();
+  engine->Cancel(*id);
+  ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(a.outcome.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  // Its blocks went back: the queued ones run to the end.
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(c.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(b.tokens, Expected(kPrompts[0], 4));
+  EXPECT_EQ(c.tokens, Expected(kPrompts[2], 4));
+}
+
+TEST_F(EngineTest, AKilledWorkerEndsRunningRequestsAndTheQueueSurvives) {
+  auto engine = Start(/*max_running=*/1);
+  Received a, b;
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[1], 400), a.Callbacks()).ok());
+  ASSERT_TRUE(a.first.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[2], 6), b.Callbacks()).ok());
+  pid_t victim;
+  {
+    absl::MutexLock lock(&mu_);
+    victim = pids_.at(1);
+  }
+  const absl::Time start = absl::Now();
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  EXPECT_EQ(a.outcome.status.code(), absl::StatusCode::kUnavailable)
+      << a.outcome.status;
+  // The queued request runs on the replacement group, to the right tokens.
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_TRUE(b.outcome.status.ok()) << b.outcome.status;
+  EXPECT_EQ(b.tokens, Expected(kPrompts[2], 6));
+  EXPECT_TRUE(engine->serving());
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(groups_, 2);
+  std::printf(
+      "[ measured ] worker killed (SIGKILL): the running request "
+      "ended UNAVAILABLE after %.2f s; the queued one finished on "
+      "the new group\n",
+      seconds);
+}
+
+}  // namespace
+}  // namespace octet
