@@ -1,0 +1,48 @@
+// The public API (proto/octet/v1/generation.proto) on the engine: each call
+// is checked (request.h), submitted, and answered as the engine delivers;
+// a client that cancels or passes its deadline ends its request at once
+// (its KV blocks are freed at the next step boundary).
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "coordinator/engine.h"
+#include "coordinator/request.h"
+#include "octet/v1/generation.grpc.pb.h"
+
+namespace octet {
+
+class GenerationService final : public v1::Generation::CallbackService {
+ public:
+  // `engine` must outlive the service; `encode` tokenizes text prompts
+  // (null: token ids only); `info` is what GetModelInfo answers.
+  GenerationService(Engine& engine, ModelLimits limits, EncodeFn encode,
+                    v1::ModelInfo info)
+      : engine_(engine),
+        limits_(std::move(limits)),
+        encode_(std::move(encode)),
+        info_(std::move(info)) {}
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context,
+      const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  // The request checked, with its id (the client's, or one made here).
+  absl::StatusOr<ValidRequest> Check(const v1::GenerateRequest& request);
+
+  Engine& engine_;
+  const ModelLimits limits_;
+  const EncodeFn encode_;
+  const v1::ModelInfo info_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace octet
