@@ -2,7 +2,9 @@
 # the steps so that one command works on a fresh machine.
 #
 #   make test   install missing packages, configure, build, run every test
-#   make run    the same set-up, then the main job (for now: the GEMM benchmark)
+#   make run    the same set-up, then the demo: coordinator --tp 2
+#               --quantization fp8 on a tiny model, one streaming request,
+#               serving until Ctrl-C (scripts/demo.sh)
 #   make build  every program into build/bin/
 #
 # CMAKE_FLAGS passes options through, e.g. make build CMAKE_FLAGS=-DOCTET_CUDA=OFF
@@ -29,7 +31,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 
 run: build
-	$(BUILD_DIR)/bin/bench_gemm
+	BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -7,10 +7,15 @@
 //                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
 //                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
 //                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
+//   octet generate --server HOST:PORT (--prompt TEXT | --prompt_ids ...)
+//                  [--stream] [the sampling flags above]
 //
 // A bad flag value or a missing argument prints one line and exits with
 // status 2; a failure while working prints the error and exits with 1.
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -24,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "octet/v1/generation.grpc.pb.h"
 #include "worker/backends.h"
 #include "worker/checkpoint.h"
 #include "worker/fp8_export.h"
@@ -63,6 +69,11 @@ ABSL_FLAG(std::string, device, "auto",
           "or cuda");
 ABSL_FLAG(int32_t, threads, 0,
           "generate, quantize: CPU threads; 0 = one per core");
+ABSL_FLAG(std::string, server, "",
+          "generate: HOST:PORT of a coordinator to ask instead of loading "
+          "the model here");
+ABSL_FLAG(bool, stream, false,
+          "generate --server: print the text as the tokens arrive");
 
 namespace octet {
 namespace {
@@ -136,7 +147,101 @@ int Quantize() {
   return 0;
 }
 
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    default:
+      return "unspecified";
+  }
+}
+
+// generate --server: the same request through a coordinator's public API.
+int GenerateRemote(const std::string& server) {
+  v1::GenerateRequest request;
+  const std::string prompt = absl::GetFlag(FLAGS_prompt);
+  const std::string prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+  if (prompt.empty() == prompt_ids.empty()) {
+    return UsageError(
+        "generate needs exactly one of --prompt and --prompt_ids");
+  }
+  if (!prompt.empty()) request.set_text(prompt);
+  for (absl::string_view id :
+       absl::StrSplit(prompt_ids, ',', absl::SkipEmpty())) {
+    int32_t v;
+    if (!absl::SimpleAtoi(id, &v)) {
+      return UsageError(
+          absl::StrCat("--prompt_ids: '", id, "' is not a token id"));
+    }
+    request.mutable_token_ids()->add_ids(v);
+  }
+  // The server checks every field (and names the bad one).
+  request.mutable_sampling()->set_temperature(
+      static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  request.mutable_sampling()->set_top_k(
+      static_cast<int32_t>(absl::GetFlag(FLAGS_top_k)));
+  request.mutable_sampling()->set_top_p(
+      static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  request.mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
+  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (max_tokens <= 0 || max_tokens > UINT32_MAX) {
+    return UsageError("--max_tokens: must be > 0");
+  }
+  request.mutable_stopping()->set_max_new_tokens(
+      static_cast<uint32_t>(max_tokens));
+  request.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+  v1::Timings timings;
+  grpc::Status status;
+  if (absl::GetFlag(FLAGS_stream)) {
+    auto reader = stub->GenerateStream(&context, request);
+    v1::GenerateStreamResponse m;
+    while (reader->Read(&m)) {
+      std::fwrite(m.text().data(), 1, m.text().size(), stdout);
+      std::fflush(stdout);
+      if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        finish = m.finish_reason();
+        usage = m.usage();
+        timings = m.timings();
+      }
+    }
+    status = reader->Finish();
+  } else {
+    v1::GenerateResponse r;
+    status = stub->Generate(&context, request, &r);
+    std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+    finish = r.finish_reason();
+    usage = r.usage();
+    timings = r.timings();
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!status.ok()) {
+    std::fprintf(stderr, "octet: %s: %s\n", server.c_str(),
+                 status.error_message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr,
+               "octet: %u prompt + %u generated tokens, first token after "
+               "%.1f ms, %.1f ms in all, finish: %s\n",
+               usage.prompt_tokens(), usage.completion_tokens(),
+               timings.time_to_first_token_seconds() * 1e3,
+               timings.total_seconds() * 1e3, FinishName(finish));
+  return 0;
+}
+
 int Generate() {
+  if (const std::string server = absl::GetFlag(FLAGS_server); !server.empty()) {
+    return GenerateRemote(server);
+  }
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return UsageError("generate needs --model DIR");
   ModelOptions options;
@@ -287,7 +392,9 @@ int Main(int argc, char** argv) {
       "      writes an FP8 (e4m3, per-tensor scales) copy in the vLLM layout\n"
       "  octet generate --model DIR [--quantization none|fp8] --prompt TEXT "
       "[--max_tokens N]\n"
-      "      generates on one rank, in this process, and prints the text"));
+      "      generates on one rank, in this process, and prints the text\n"
+      "  octet generate --server HOST:PORT --prompt TEXT [--stream]\n"
+      "      asks a running coordinator instead"));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
