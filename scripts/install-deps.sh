@@ -22,6 +22,8 @@ packages=(
   protobuf-compiler
   libgrpc++-dev
   protobuf-compiler-grpc
+  python3-grpcio          # the Python client example (examples/python)
+  python3-protobuf
   clang                   # libFuzzer targets (tests/fuzz)
   libclang-rt-14-dev      # libFuzzer and sanitizer runtimes for clang 14
 )
