@@ -167,14 +167,6 @@ void Scheduler::Finish(SeqId id) {
   seqs_.erase(it);
 }
 
-void Scheduler::RequeueAll() {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    Release(**it);
-    waiting_.push_front(*it);
-  }
-  running_.clear();
-}
-
 std::vector<SeqId> Scheduler::running_ids() const {
   std::vector<SeqId> ids;
   for (const Seq* s : running_) ids.push_back(s->id);

@@ -88,11 +88,6 @@ class Scheduler {
   // are free at once. Unknown ids are ignored.
   void Finish(SeqId id);
 
-  // Every running sequence back to the queue (its blocks freed, its tokens
-  // kept, to be recomputed), in arrival order ahead of the waiting ones:
-  // after the workers were lost and restarted.
-  void RequeueAll();
-
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t free_blocks() const {

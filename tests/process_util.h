@@ -49,6 +49,21 @@ class Child {
 
   bool started() const { return pid_ != 0; }
   pid_t pid() const { return pid_; }
+  // Waits up to `limit` for the program to end on its own: its exit code,
+  // 128 for a death by signal, -1 if it still runs.
+  int Wait(absl::Duration limit) {
+    const absl::Time deadline = absl::Now() + limit;
+    while (pid_ != 0) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      }
+      if (absl::Now() >= deadline) return -1;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return -1;
+  }
   // Sends `sig` and waits for the end (nothing if it already ended).
   void Kill(int sig = SIGKILL) {
     if (pid_ == 0) return;

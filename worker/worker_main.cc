@@ -7,7 +7,8 @@
 //
 // The model is loaded when the coordinator sends Load. A TCP address needs
 // --token_file: the group's shared token, which every call must carry.
-// Ends on SIGTERM or SIGINT.
+// Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
+// step (exit code 1: a worker joins one group in its life).
 #include <grpcpp/grpcpp.h>
 
 #include <csignal>
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
     return Fail("a TCP address (--listen " + listen +
                 ") needs --token_file: the group's shared token");
   }
+  // A broken group ends this process (exit code 1) once the failed step's
+  // answer is on its way.
+  options.on_group_failed = [] { stop_signal = -1; };
   octet::WorkerService service(options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
@@ -77,8 +81,12 @@ int main(int argc, char** argv) {
   while (stop_signal == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::fprintf(stderr, "worker: signal %d, shutting down\n",
-               static_cast<int>(stop_signal));
+  if (stop_signal == -1) {
+    std::fprintf(stderr, "worker: the group failed; exiting\n");
+  } else {
+    std::fprintf(stderr, "worker: signal %d, shutting down\n",
+                 static_cast<int>(stop_signal));
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return 0;
+  return stop_signal == -1 ? 1 : 0;
 }

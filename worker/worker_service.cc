@@ -161,8 +161,8 @@ grpc::Status WorkerService::Load(
     return ToGrpc(absl::Status(
         s.code(), absl::StrCat("rank ", request->rank(), ": ", s.message())));
   }
-  description_ = absl::StrCat(result->backend->Describe(), "; ",
-                              result->comm->Describe());
+  description_ =
+      absl::StrCat(result->backend->Describe(), "; ", result->comm->Describe());
   rank_.store(result->rank);
   loaded_ = std::move(result);
   ready_.store(true, std::memory_order_release);
@@ -214,7 +214,12 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   if (steps.empty()) return grpc::Status::OK;
   std::vector<float> logits;
   absl::Status s = loaded_->model->Forward(steps, *loaded_->cache, &logits);
-  if (!s.ok()) return ToGrpc(s);
+  if (!s.ok()) {
+    // The batch was checked above, so a failure here is the group's (a
+    // collective timed out or lost a peer): this rank is done for.
+    if (options_.on_group_failed) options_.on_group_failed();
+    return ToGrpc(s);
+  }
   if (loaded_->rank != 0) return grpc::Status::OK;
   const int64_t vocab = loaded_->model->config().vocab_size;
   for (int i = 0; i < request->seqs_size(); ++i) {

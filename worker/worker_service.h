@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,10 @@ struct WorkerServiceOptions {
   // When not empty, every call must carry "authorization: Bearer <token>"
   // (remote workers); empty for workers on a Unix socket.
   std::string token;
+  // Called once when a step fails inside the group's collectives: the group
+  // is broken and this process cannot rejoin another, so the worker program
+  // exits (and its supervisor, e.g. Kubernetes, starts a fresh one).
+  std::function<void()> on_group_failed;
 };
 
 class WorkerService final : public internal::v1::Worker::Service {

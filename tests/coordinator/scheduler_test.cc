@@ -199,22 +199,6 @@ TEST(SchedulerTest, QueueLimitsAndImpossibleRequestsAreErrors) {
   EXPECT_EQ(s->Add(4, {}, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SchedulerTest, RequeueAllKeepsTokensAndOrder) {
-  auto s = Make(20, 4, 64);
-  for (SeqId id : {1, 2}) ASSERT_TRUE(s->Add(id, Prompt(3), 4).ok());
-  StepPlan p = s->Schedule();
-  AppendSampled(*s, p, 5);
-  ASSERT_TRUE(s->Add(3, Prompt(3), 4).ok());
-  s->RequeueAll();  // the workers were lost
-  EXPECT_EQ(s->used_blocks(), 0);
-  EXPECT_EQ(s->waiting(), 3);
-  p = s->Schedule();
-  ASSERT_EQ(p.seqs.size(), 3u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(p.seqs[i].id, SeqId(i + 1));
-  EXPECT_EQ(p.seqs[0].tokens.size(), 4u);  // prompt and the generated token
-  EXPECT_EQ(p.seqs[0].start, 0);
-}
-
 TEST(SchedulerTest, RandomRunsKeepTheInvariants) {
   std::mt19937 rng(7);
   auto s = Make(24, 4, 20, 6, 1000);

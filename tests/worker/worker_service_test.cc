@@ -274,6 +274,27 @@ TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(WorkerServiceTest, AWorkerWhoseGroupFailedExits) {
+  // Rank 1 dies; rank 0's next step fails in its collectives, and rank 0
+  // exits (code 1) so that a supervisor starts a fresh one.
+  Workers w = Start(2);
+  for (const grpc::Status& s : LoadAll(w, Base(), nullptr)) {
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  w.procs[1]->Kill(SIGKILL);
+  rpc::StepRequest step;
+  rpc::SequenceStep* s = step.add_seqs();
+  s->set_seq_id(1);
+  s->add_tokens(1);
+  s->add_block_table(0);
+  grpc::ClientContext context;
+  rpc::StepResponse response;
+  const grpc::Status failed = w.stubs[0]->Step(&context, step, &response);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << failed.error_message();
+  EXPECT_EQ(w.procs[0]->Wait(absl::Seconds(10)), 1);
+}
+
 TEST_F(WorkerServiceTest, ATokenIsRequiredWhenConfigured) {
   Workers w = Start(1, "s3cret");
   rpc::HealthResponse health;
