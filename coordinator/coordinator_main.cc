@@ -72,16 +72,6 @@ int Usage(const std::string& message) {
   return 2;
 }
 
-class StreamDecoder : public TextDecoder {
- public:
-  explicit StreamDecoder(const Tokenizer& t) : stream_(t) {}
-  std::string Add(int32_t id) override { return stream_.Add(id); }
-  std::string Finish() override { return stream_.Finish(); }
-
- private:
-  TextStream stream_;
-};
-
 int Main() {
   const std::string model = absl::GetFlag(FLAGS_model);
   const int tp = absl::GetFlag(FLAGS_tp);
@@ -209,7 +199,9 @@ int Main() {
   };
   if (tok != nullptr) {
     const Tokenizer* t = tok.get();
-    e.new_decoder = [t] { return std::make_unique<StreamDecoder>(*t); };
+    e.new_decoder = [t] {
+      return std::make_unique<StreamTextDecoder<TextStream>>(TextStream(*t));
+    };
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(std::move(e));
   if (!engine.ok()) return Usage(std::string(engine.status().message()));

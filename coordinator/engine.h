@@ -37,6 +37,19 @@ class TextDecoder {
   virtual std::string Finish() = 0;         // what is still held back
 };
 
+// A TextDecoder over a stream with Add(id) and Finish(), such as the
+// tokenizer's TextStream (worker/tokenizer.h).
+template <typename Stream>
+class StreamTextDecoder : public TextDecoder {
+ public:
+  explicit StreamTextDecoder(Stream stream) : stream_(std::move(stream)) {}
+  std::string Add(int32_t id) override { return stream_.Add(id); }
+  std::string Finish() override { return stream_.Finish(); }
+
+ private:
+  Stream stream_;
+};
+
 struct EngineOptions {
   SchedulerOptions scheduler;
   // A new worker group (the first, and each replacement).

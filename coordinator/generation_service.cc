@@ -42,25 +42,39 @@ void AddDelta(const Delta& d, M* m) {
   m->mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
 }
 
-// A submitted request's id, and whether its client cancelled before it was
-// known: the engine is told once both are there.
-class Cancellation {
+// A reactor's request in the engine: its id, the client's cancellation
+// (passed on once the id is known), and the reactor's construction, which
+// the engine's callbacks wait for, since their Finish may delete the
+// reactor.
+class Submission {
  public:
-  void SetId(Engine& engine, uint64_t id) {
+  // Hands the checked request to the engine; the status to Finish with if
+  // that fails (then no callback runs).
+  absl::Status Start(Engine& engine, absl::StatusOr<ValidRequest> request,
+                     RequestCallbacks callbacks) {
+    if (!request.ok()) return request.status();
+    absl::StatusOr<uint64_t> id =
+        engine.Submit(*std::move(request), std::move(callbacks));
+    if (!id.ok()) return id.status();
     absl::MutexLock lock(&mu_);
-    id_ = id;
-    if (cancelled_) engine.Cancel(id);
+    id_ = *id;
+    if (cancelled_) engine.Cancel(*id);
+    return absl::OkStatus();
   }
   void Cancel(Engine& engine) {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     if (id_.has_value()) engine.Cancel(*id_);
   }
+  // The reactor is built (end of its constructor) / callbacks wait for it.
+  void Constructed() { constructed_.Notify(); }
+  void WaitConstructed() { constructed_.WaitForNotification(); }
 
  private:
   absl::Mutex mu_;
-  std::optional<uint64_t> id_;
-  bool cancelled_ = false;
+  std::optional<uint64_t> id_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification constructed_;
 };
 
 class UnaryReactor : public grpc::ServerUnaryReactor {
@@ -68,36 +82,27 @@ class UnaryReactor : public grpc::ServerUnaryReactor {
   UnaryReactor(Engine& engine, absl::StatusOr<ValidRequest> request,
                v1::GenerateResponse* response)
       : engine_(engine), response_(response) {
-    if (!request.ok()) {
-      Finish(ToGrpc(request.status()));
-      return;
-    }
-    response_->set_request_id(request->request_id);
-    absl::StatusOr<uint64_t> id = engine.Submit(
-        *std::move(request),
+    if (request.ok()) response_->set_request_id(request->request_id);
+    const absl::Status s = submission_.Start(
+        engine, std::move(request),
         {.on_delta = [this](const Delta& d) { AddDelta(d, response_); },
          .on_done =
              [this](const Delta& d, const Outcome& o) {
-               constructed_.WaitForNotification();  // Finish may delete us
+               submission_.WaitConstructed();
                AddDelta(d, response_);
                SetOutcome(o, response_);
                Finish(ToGrpc(o.status));
              }});
-    if (!id.ok()) {
-      Finish(ToGrpc(id.status()));
-      return;
-    }
-    cancellation_.SetId(engine, *id);
-    constructed_.Notify();
+    submission_.Constructed();
+    if (!s.ok()) Finish(ToGrpc(s));
   }
-  void OnCancel() override { cancellation_.Cancel(engine_); }
+  void OnCancel() override { submission_.Cancel(engine_); }
   void OnDone() override { delete this; }
 
  private:
   Engine& engine_;
   v1::GenerateResponse* response_;  // written by the engine thread only
-  Cancellation cancellation_;
-  absl::Notification constructed_;
+  Submission submission_;
 };
 
 class StreamReactor
@@ -105,29 +110,23 @@ class StreamReactor
  public:
   StreamReactor(Engine& engine, absl::StatusOr<ValidRequest> request)
       : engine_(engine) {
-    if (!request.ok()) {
-      Finish(ToGrpc(request.status()));
-      return;
-    }
-    request_id_ = request->request_id;
-    absl::StatusOr<uint64_t> id = engine.Submit(
-        *std::move(request),
+    if (request.ok()) request_id_ = request->request_id;
+    const absl::Status s = submission_.Start(
+        engine, std::move(request),
         {.on_delta = [this](const Delta& d) { Queue(d, nullptr); },
          .on_done = [this](const Delta& d,
                            const Outcome& o) { Queue(d, &o); }});
-    if (!id.ok()) {
-      Finish(ToGrpc(id.status()));
-      return;
-    }
-    cancellation_.SetId(engine, *id);
-    constructed_.Notify();
+    submission_.Constructed();
+    if (!s.ok()) Finish(ToGrpc(s));
   }
-  void OnCancel() override { cancellation_.Cancel(engine_); }
+  void OnCancel() override { submission_.Cancel(engine_); }
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) return;  // the client is gone; OnCancel follows
-    Next();
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) return;  // the client is gone; OnCancel follows
+    }
+    Pump();
   }
   void OnDone() override { delete this; }
 
@@ -135,49 +134,53 @@ class StreamReactor
   // From the engine thread: new output (and, last, how it ended). Tokens
   // that come while a message is on its way join the next one.
   void Queue(const Delta& d, const Outcome* outcome) {
-    constructed_.WaitForNotification();  // Finish may delete us
-    absl::MutexLock lock(&mu_);
-    if (outcome != nullptr && !outcome->status.ok()) {
-      status_ = ToGrpc(outcome->status);
-      done_ = true;
-      Next();
-      return;
+    submission_.WaitConstructed();
+    {
+      absl::MutexLock lock(&mu_);
+      if (outcome != nullptr && !outcome->status.ok()) {
+        status_ = ToGrpc(outcome->status);
+        pending_.clear();  // a failed request sends nothing more
+        done_ = true;
+      } else {
+        if (pending_.empty() || outcome != nullptr) pending_.emplace_back();
+        v1::GenerateStreamResponse& m = pending_.back();
+        m.set_request_id(request_id_);
+        AddDelta(d, &m);
+        if (outcome != nullptr) {
+          SetOutcome(*outcome, &m);
+          done_ = true;
+        }
+      }
     }
-    if (pending_.empty() || outcome != nullptr) pending_.emplace_back();
-    v1::GenerateStreamResponse& m = pending_.back();
-    m.set_request_id(request_id_);
-    AddDelta(d, &m);
-    if (outcome != nullptr) {
-      SetOutcome(*outcome, &m);
-      done_ = true;
-    }
-    Next();
+    Pump();
   }
-  // Starts the next write, or finishes once everything was written.
-  void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    // Failed requests do not send what is still queued.
-    if (!status_.ok()) pending_.clear();
-    if (!pending_.empty()) {
-      current_ = std::move(pending_.front());
-      pending_.pop_front();
-      writing_ = true;
-      StartWrite(&current_);
-      return;
+  // Starts the next write, or finishes once everything was written; gRPC is
+  // called outside the lock (its reactions may take it).
+  void Pump() {
+    bool write = false, finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finished_) return;
+      if (!pending_.empty()) {
+        current_ = std::move(pending_.front());
+        pending_.pop_front();
+        writing_ = write = true;
+      } else if (done_) {
+        finished_ = finish = true;
+        status = status_;
+      }
     }
-    if (done_) {
-      finished_ = true;
-      Finish(status_);
-    }
+    if (write) StartWrite(&current_);  // current_ is not touched until done
+    if (finish) Finish(status);
   }
 
   Engine& engine_;
   std::string request_id_;
-  Cancellation cancellation_;
-  absl::Notification constructed_;
+  Submission submission_;
   absl::Mutex mu_;
   std::deque<v1::GenerateStreamResponse> pending_ ABSL_GUARDED_BY(mu_);
-  v1::GenerateStreamResponse current_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateStreamResponse current_;  // the message being written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,8 +2,10 @@
 // group) and collect how each ended.
 #pragma once
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,23 @@ namespace octet::testing {
 inline std::string SiblingProgram(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name)
       .string();
+}
+
+// A loopback TCP port that was free a moment ago (for a server started
+// with it; another process may take it in between, rarely).
+inline int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
 }
 
 // Starts `command` (argv[0] is the program path): its pid, or 0 if it could

@@ -9,8 +9,6 @@
 //   bench_serving --model DIR [--tp 1,2] [--requests 50] [--rate 1]
 //                 [--prompt_tokens 512] [--output_tokens 128]
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,18 +47,6 @@ double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct Stats {
   double mean = 0, p50 = 0, p99 = 0;
 };
@@ -87,7 +73,7 @@ struct Result {
 Result Run(const std::string& quantization, int tp) {
   Result r;
   r.name = absl::StrCat(quantization, " TP=", tp);
-  const int port = FreePort();
+  const int port = testing::FreeTcpPort();
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads == 0) {
     threads =

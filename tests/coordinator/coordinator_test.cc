@@ -8,8 +8,6 @@
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -21,6 +19,7 @@
 #include "kernels/cpu/backend.h"
 #include "octet/v1/generation.grpc.pb.h"
 #include "tests/process_util.h"
+#include "tests/worker/model_test_util.h"
 #include "worker/generator.h"
 #include "worker/synthetic.h"
 
@@ -28,19 +27,6 @@ namespace octet {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A port that was free a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Processes whose parent is `parent`.
 std::vector<pid_t> ChildrenOf(pid_t parent) {
@@ -68,7 +54,7 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(
         WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 8}, Model())
             .ok());
-    port_ = FreePort();
+    port_ = testing::FreeTcpPort();
     server_ = new testing::Child(
         {testing::SiblingProgram("coordinator"), "--model=" + Model(), "--tp=2",
          "--quantization=fp8", "--weight_scale=global", "--device=cpu",
@@ -95,6 +81,11 @@ class CoordinatorTest : public ::testing::Test {
     delete dir_;
   }
   static std::string Model() { return (*dir_ / "tiny").string(); }
+  // One rank's greedy FP8 tokens, in this process.
+  static std::vector<int32_t> Expected(const std::vector<int32_t>& prompt,
+                                       int max_new) {
+    return testing::GreedyFp8Tokens(Model(), prompt, max_new);
+  }
   static std::unique_ptr<v1::Generation::Stub> Stub() {
     return v1::Generation::NewStub(*channel_);
   }
@@ -107,22 +98,6 @@ class CoordinatorTest : public ::testing::Test {
     r.mutable_stopping()->set_max_new_tokens(max_new);
     r.mutable_stopping()->set_ignore_eos(true);
     return r;
-  }
-
-  // One rank's greedy tokens, in this process.
-  static std::vector<int32_t> Expected(const std::vector<int32_t>& prompt,
-                                       int max_new) {
-    auto ckpt = Checkpoint::Open(Model());
-    auto backend = NewCpuBackend({.num_threads = 1});
-    ModelOptions mo;
-    mo.method = LinearMethod::kFp8;
-    auto model = LlamaModel::Load(**ckpt, *backend, mo);
-    auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-    GenerationRequest r;
-    r.prompt = prompt;
-    r.max_new_tokens = max_new;
-    r.sampling.temperature = 0.0f;
-    return (*Generate(**model, **cache, {r}))[0].tokens;
   }
 
   static fs::path* dir_;

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "kernels/cpu/backend.h"
 #include "tests/process_util.h"
+#include "tests/worker/model_test_util.h"
 #include "worker/generator.h"
 #include "worker/synthetic.h"
 #include "worker/tokenizer.h"
@@ -25,16 +26,6 @@ namespace octet {
 namespace {
 
 namespace fs = std::filesystem;
-
-class StreamDecoder : public TextDecoder {
- public:
-  explicit StreamDecoder(const Tokenizer& t) : stream_(t) {}
-  std::string Add(int32_t id) override { return stream_.Add(id); }
-  std::string Finish() override { return stream_.Finish(); }
-
- private:
-  TextStream stream_;
-};
 
 // What a request received, filled by its callbacks.
 struct Received {
@@ -85,6 +76,11 @@ class EngineTest : public ::testing::Test {
     delete dir_;
   }
   static std::string Model() { return (*dir_ / "tiny").string(); }
+  // One rank's greedy FP8 tokens, in this process.
+  static std::vector<int32_t> Expected(const std::vector<int32_t>& prompt,
+                                       int max_new) {
+    return testing::GreedyFp8Tokens(Model(), prompt, max_new);
+  }
 
   // An engine over TP = 2 worker groups; `groups_` sees each new one.
   std::unique_ptr<Engine> Start(int64_t max_running = 8,
@@ -115,7 +111,10 @@ class EngineTest : public ::testing::Test {
       }
       return group;
     };
-    o.new_decoder = [] { return std::make_unique<StreamDecoder>(*tokenizer_); };
+    o.new_decoder = [] {
+      return std::make_unique<StreamTextDecoder<TextStream>>(
+          TextStream(*tokenizer_));
+    };
     o.restart_backoff = absl::Milliseconds(200);
     auto e = Engine::Start(std::move(o));
     EXPECT_TRUE(e.ok()) << e.status();
@@ -128,24 +127,6 @@ class EngineTest : public ::testing::Test {
     r.temperature = 0.0f;
     r.max_new_tokens = max_new;
     return r;
-  }
-
-  // Greedy tokens of one rank in this process.
-  static std::vector<int32_t> Expected(const std::vector<int32_t>& prompt,
-                                       int64_t max_new) {
-    auto ckpt = Checkpoint::Open(Model());
-    auto backend = NewCpuBackend({.num_threads = 1});
-    ModelOptions mo;
-    mo.method = LinearMethod::kFp8;
-    auto model = LlamaModel::Load(**ckpt, *backend, mo);
-    auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-    GenerationRequest r;
-    r.prompt = prompt;
-    r.max_new_tokens = max_new;
-    r.sampling.temperature = 0.0f;
-    auto out = Generate(**model, **cache, {r});
-    EXPECT_TRUE(out.ok()) << out.status();
-    return (*out)[0].tokens;
   }
 
   static std::string Text(const std::vector<int32_t>& ids) {

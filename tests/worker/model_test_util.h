@@ -7,6 +7,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/backend.h"
+#include "worker/checkpoint.h"
+#include "worker/generator.h"
 #include "worker/llama_model.h"
 
 namespace octet::testing {
@@ -49,6 +52,32 @@ inline std::vector<float> LastLogits(LlamaModel& model,
   absl::Status s = model.Forward({&step, 1}, **cache, &logits, trace);
   EXPECT_TRUE(s.ok()) << s;
   return logits;
+}
+
+// The greedy tokens one CPU rank generates in this process for `prompt`
+// from the checkpoint at `dir` with FP8 linear layers: what served
+// requests are compared with (TP-invariant sums make every TP degree's
+// tokens these).
+inline std::vector<int32_t> GreedyFp8Tokens(const std::string& dir,
+                                            const std::vector<int32_t>& prompt,
+                                            int64_t max_new) {
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return {};
+  auto backend = NewCpuBackend({.num_threads = 1});
+  ModelOptions options;
+  options.method = LinearMethod::kFp8;
+  auto model = LlamaModel::Load(**ckpt, *backend, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new;
+  r.sampling.temperature = 0.0f;
+  auto out = Generate(**model, **cache, {r});
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? (*out)[0].tokens : std::vector<int32_t>{};
 }
 
 }  // namespace octet::testing
