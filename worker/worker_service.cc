@@ -199,6 +199,19 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
                                   q.block_table_size(), " blocks do not hold ",
                                   end, " tokens"));
     }
+    const ModelConfig& config = loaded_->model->config();
+    if (end > config.max_position_embeddings) {
+      return Invalid(absl::StrCat("step: sequence ", q.seq_id(), " reaches ",
+                                  end, " tokens, past the model's ",
+                                  config.max_position_embeddings));
+    }
+    for (int32_t t : q.tokens()) {
+      if (t < 0 || t >= config.vocab_size) {
+        return Invalid(absl::StrCat("step: sequence ", q.seq_id(), ": token ",
+                                    t, " is not in [0, ", config.vocab_size,
+                                    ")"));
+      }
+    }
     for (int32_t b : q.block_table()) {
       if (b < 0 || b >= cache.num_blocks()) {
         return Invalid(absl::StrCat("step: sequence ", q.seq_id(), ": block ",
@@ -215,9 +228,15 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   std::vector<float> logits;
   absl::Status s = loaded_->model->Forward(steps, *loaded_->cache, &logits);
   if (!s.ok()) {
-    // The batch was checked above, so a failure here is the group's (a
-    // collective timed out or lost a peer): this rank is done for.
-    if (options_.on_group_failed) options_.on_group_failed();
+    // A collective that timed out, lost a peer or follows such a failure:
+    // the group is broken and this rank is done for.
+    const absl::StatusCode c = s.code();
+    if ((c == absl::StatusCode::kUnavailable ||
+         c == absl::StatusCode::kDeadlineExceeded ||
+         c == absl::StatusCode::kFailedPrecondition) &&
+        options_.on_group_failed) {
+      options_.on_group_failed();
+    }
     return ToGrpc(s);
   }
   if (loaded_->rank != 0) return grpc::Status::OK;

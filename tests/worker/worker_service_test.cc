@@ -272,6 +272,12 @@ TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
   s->set_block_table(0, kBlocks);  // no such block
   EXPECT_EQ(StepAll(w, step).status().code(),
             absl::StatusCode::kInvalidArgument);
+  s->set_block_table(0, 0);
+  s->set_tokens(0, 100000);  // not in the vocabulary
+  EXPECT_EQ(StepAll(w, step).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  s->set_tokens(0, 1);
+  EXPECT_TRUE(StepAll(w, step).ok());  // refused requests leave it serving
 }
 
 TEST_F(WorkerServiceTest, AWorkerWhoseGroupFailedExits) {
