@@ -318,7 +318,11 @@ void Engine::Loop() {
       absl::MutexLock lock(&mu_);
       queued_ = scheduler_->waiting();
     }
-    if (plan.seqs.empty()) continue;
+    if (plan.seqs.empty()) {  // not expected (Add checked that each fits)
+      absl::MutexLock lock(&mu_);
+      wake_.WaitWithTimeout(&mu_, absl::Milliseconds(10));
+      continue;
+    }
     RunStep(plan);
   }
   // Stopping: every request ends.
@@ -326,9 +330,12 @@ void Engine::Loop() {
       absl::UnavailableError("the server is stopping");
   for (auto& [id, a] : active_) End(*a, stopping, Finish::kLength);
   active_.clear();
-  absl::MutexLock lock(&mu_);
-  for (auto& a : submitted_) End(*a, stopping, Finish::kLength);
-  submitted_.clear();
+  std::deque<std::unique_ptr<Active>> late;
+  {
+    absl::MutexLock lock(&mu_);
+    late.swap(submitted_);
+  }
+  for (auto& a : late) End(*a, stopping, Finish::kLength);  // unlocked
 }
 
 }  // namespace octet

@@ -8,7 +8,9 @@
 // ones wait and then run on the new group.
 //
 // Thread-safe: Submit, Cancel and the accessors from any thread. Callbacks
-// run on the engine's thread and must not block.
+// run on the engine's thread and must not block. While a group loads (the
+// loop waits for it), requests queue, and cancelling one or stopping the
+// engine takes effect when the load ends.
 #pragma once
 
 #include <cstdint>
