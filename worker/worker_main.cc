@@ -6,10 +6,13 @@
 //   worker --listen 0.0.0.0:50061 --token_file /etc/octet/token   (remote)
 //
 // The model is loaded when the coordinator sends Load. A TCP address needs
-// --token_file: the group's shared token, which every call must carry.
+// --token_file: the group's shared token, which every call must carry. On a
+// Unix socket (a local coordinator started it) it ends with its parent.
 // Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
 // step (exit code 1: a worker joins one group in its life).
 #include <grpcpp/grpcpp.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -51,6 +54,13 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty())
     return Fail("--listen is required (unix:PATH or HOST:PORT)");
+  if (absl::StartsWith(listen, "unix:")) {
+    // Started by a coordinator on this machine: end with it, rather than
+    // linger holding the model's memory if it dies.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1)
+      return Fail("the coordinator that started this is gone");
+  }
   octet::WorkerServiceOptions options;
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {

@@ -6,6 +6,7 @@
 // (UNAVAILABLE within 5 s, then served again by a new worker group). Bad
 // flags end the program with exit code 2.
 #include <dirent.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu/backend.h"
 #include "octet/v1/generation.grpc.pb.h"
@@ -124,6 +126,32 @@ TEST_F(CoordinatorTest, ModelInfoDescribesTheServedModel) {
   EXPECT_EQ(info.vocab_size(), 512u);
   EXPECT_EQ(info.max_context_tokens(), 1024u);
   EXPECT_EQ(info.dtype(), "float32");
+}
+
+TEST_F(CoordinatorTest, HealthSaysServing) {
+  // grpc.health.v1.Health/Check through a generic stub (the health proto is
+  // not built here): an empty HealthCheckRequest (service "": the server),
+  // answered by HealthCheckResponse{status: SERVING} = field 1, varint 1.
+  grpc::GenericStub stub(*channel_);
+  grpc::ClientContext context;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST_F(CoordinatorTest, UnaryAndStreamingGiveOneRanksTokens) {
