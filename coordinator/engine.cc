@@ -74,15 +74,12 @@ Engine::~Engine() {
 
 absl::StatusOr<uint64_t> Engine::Submit(ValidRequest request,
                                         RequestCallbacks callbacks) {
-  const SchedulerOptions& so = options_.scheduler;
-  const int64_t tokens =
-      static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
-  const int64_t blocks = (tokens + so.block_size - 1) / so.block_size;
-  if (blocks > so.num_blocks) {
+  // Checked here, on the caller's thread, so that the answer is immediate.
+  if (absl::Status fits = scheduler_->CheckFits(
+          static_cast<int64_t>(request.prompt.size()), request.max_new_tokens);
+      !fits.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("stopping.max_new_tokens: the prompt and ",
-                     request.max_new_tokens, " new tokens need ", blocks,
-                     " KV-cache blocks; the server has ", so.num_blocks));
+        absl::StrCat("stopping.max_new_tokens: ", fits.message()));
   }
   auto a = std::make_unique<Active>();
   a->request = std::move(request);
@@ -96,9 +93,10 @@ absl::StatusOr<uint64_t> Engine::Submit(ValidRequest request,
   }
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is stopping");
-  if (queued_ + static_cast<int64_t>(submitted_.size()) >= so.max_waiting) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the queue is full (", so.max_waiting, " waiting requests)"));
+  const int64_t max_waiting = options_.scheduler.max_waiting;
+  if (queued_ + static_cast<int64_t>(submitted_.size()) >= max_waiting) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the queue is full (", max_waiting, " waiting requests)"));
   }
   a->id = next_id_++;
   const uint64_t id = a->id;
@@ -197,7 +195,7 @@ bool Engine::Deliver(Active& a, int32_t token, float logprob) {
   return false;
 }
 
-bool Engine::RunStep(const StepPlan& plan) {
+void Engine::RunStep(const StepPlan& plan) {
   rpc::StepRequest request;
   request.set_step(++steps_);
   for (const ScheduledSeq& q : plan.seqs) {
@@ -218,7 +216,7 @@ bool Engine::RunStep(const StepPlan& plan) {
   }
   absl::StatusOr<rpc::StepResponse> response = group_->Step(request);
   if (!response.ok()) {
-    if (!group_->failed().ok()) return false;
+    if (!group_->failed().ok()) return;  // replaced by the loop
     // Refused as malformed: a bug here, not the workers'; those sequences
     // end, the group serves on.
     for (const ScheduledSeq& q : plan.seqs) {
@@ -229,7 +227,7 @@ bool Engine::RunStep(const StepPlan& plan) {
           Finish::kLength);
       active_.erase(q.id);
     }
-    return true;
+    return;
   }
   std::vector<uint64_t> done;
   for (const rpc::SampledToken& t : response->tokens()) {
@@ -243,7 +241,6 @@ bool Engine::RunStep(const StepPlan& plan) {
     }
   }
   group_->Free(done).IgnoreError();  // a failed group shows at the next step
-  return true;
 }
 
 void Engine::Loop() {

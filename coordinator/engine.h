@@ -110,17 +110,18 @@ class Engine {
   struct Active;
   explicit Engine(EngineOptions options);
   void Loop();
-  // Runs one step of the plan; false when the group failed.
-  bool RunStep(const StepPlan& plan);
+  // Runs one step of the plan (a failed group shows in group_->failed()).
+  void RunStep(const StepPlan& plan);
   // Hands `token` to its request; true when the request is done.
   bool Deliver(Active& a, int32_t token, float logprob);
   void End(Active& a, const absl::Status& status, Finish finish);
   void EndRunning(const absl::Status& status);
 
   const EngineOptions options_;
-  std::unique_ptr<Scheduler> scheduler_;  // engine thread only
-  std::unique_ptr<WorkerGroup> group_;    // engine thread only
-  uint64_t steps_ = 0;                    // engine thread only
+  // Engine thread only, but for the thread-safe CheckFits.
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<WorkerGroup> group_;  // engine thread only
+  uint64_t steps_ = 0;                  // engine thread only
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

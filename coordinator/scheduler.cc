@@ -43,13 +43,10 @@ absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
     return absl::InvalidArgumentError(
         "a sequence needs a prompt and at least one new token");
   }
-  const int64_t need =
-      BlocksFor(static_cast<int64_t>(prompt.size()) + max_new_tokens);
-  if (need > options_.num_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the prompt (", prompt.size(), " tokens) and ",
-                     max_new_tokens, " new tokens need ", need,
-                     " KV-cache blocks; the server has ", options_.num_blocks));
+  if (absl::Status s =
+          CheckFits(static_cast<int64_t>(prompt.size()), max_new_tokens);
+      !s.ok()) {
+    return s;
   }
   if (waiting() >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -61,6 +58,18 @@ absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
   seq->tokens = std::move(prompt);
   waiting_.push_back(seq.get());
   seqs_[id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckFits(int64_t prompt_tokens,
+                                  int64_t max_new_tokens) const {
+  const int64_t need = BlocksFor(prompt_tokens + max_new_tokens);
+  if (need > options_.num_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt (", prompt_tokens, " tokens) and ",
+                     max_new_tokens, " new tokens need ", need,
+                     " KV-cache blocks; the server has ", options_.num_blocks));
+  }
   return absl::OkStatus();
 }
 

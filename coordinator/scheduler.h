@@ -77,6 +77,11 @@ class Scheduler {
   absl::Status Add(SeqId id, std::vector<int32_t> prompt,
                    int64_t max_new_tokens);
 
+  // Whether a sequence of prompt_tokens + max_new_tokens fits in the whole
+  // cache at all (what Add checks): InvalidArgument saying what it needs.
+  // Thread-safe (reads the options only).
+  absl::Status CheckFits(int64_t prompt_tokens, int64_t max_new_tokens) const;
+
   // The next step; empty when nothing can run.
   StepPlan Schedule();
 
