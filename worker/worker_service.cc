@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "parallel/grpc_status.h"
@@ -46,8 +45,8 @@ grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
   return grpc::Status::OK;
 }
 
-// The model's logits for `id` after the repetition penalty of `history`:
-// positive logits divided by it, negative ones multiplied.
+// Applies the repetition penalty to the logits in `row` of every token in
+// `history`: positive logits divided by it, negative ones multiplied.
 void ApplyRepetitionPenalty(const std::vector<int32_t>& history, float penalty,
                             std::vector<float>& row) {
   if (penalty == 1.0f) return;
@@ -179,45 +178,18 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
                         loading_ ? "step: the model is still loading"
                                  : "step: no model loaded");
   }
-  const KvCache& cache = *loaded_->cache;
-  // The batch as the model takes it; the coordinator's block tables are
-  // checked against this cache, so a bad one is an error, not a stray write.
+  // The batch as the model takes it. Forward checks tokens, positions and
+  // block tables against the model and this cache before it computes (and
+  // so before any collective: every rank refuses a bad batch alike); one
+  // sequence twice would mix up the samplers here.
   std::vector<std::vector<int32_t>> tables(request->seqs_size());
   std::vector<SequenceStep> steps(request->seqs_size());
   absl::flat_hash_set<uint64_t> ids;
   for (int i = 0; i < request->seqs_size(); ++i) {
     const rpc::SequenceStep& q = request->seqs(i);
-    const int64_t end = q.start() + q.tokens_size();
-    if (q.tokens_size() == 0 || q.start() < 0 ||
-        !ids.insert(q.seq_id()).second) {
-      return Invalid(absl::StrCat("step: sequence ", q.seq_id(),
-                                  " has no tokens, a negative start or "
-                                  "appears twice"));
-    }
-    if (cache.BlocksFor(end) > q.block_table_size()) {
-      return Invalid(absl::StrCat("step: sequence ", q.seq_id(), "'s ",
-                                  q.block_table_size(), " blocks do not hold ",
-                                  end, " tokens"));
-    }
-    const ModelConfig& config = loaded_->model->config();
-    if (end > config.max_position_embeddings) {
-      return Invalid(absl::StrCat("step: sequence ", q.seq_id(), " reaches ",
-                                  end, " tokens, past the model's ",
-                                  config.max_position_embeddings));
-    }
-    for (int32_t t : q.tokens()) {
-      if (t < 0 || t >= config.vocab_size) {
-        return Invalid(absl::StrCat("step: sequence ", q.seq_id(), ": token ",
-                                    t, " is not in [0, ", config.vocab_size,
-                                    ")"));
-      }
-    }
-    for (int32_t b : q.block_table()) {
-      if (b < 0 || b >= cache.num_blocks()) {
-        return Invalid(absl::StrCat("step: sequence ", q.seq_id(), ": block ",
-                                    b, " is not in [0, ", cache.num_blocks(),
-                                    ")"));
-      }
+    if (!ids.insert(q.seq_id()).second) {
+      return Invalid(
+          absl::StrCat("step: sequence ", q.seq_id(), " appears twice"));
     }
     tables[i].assign(q.block_table().begin(), q.block_table().end());
     steps[i].tokens.assign(q.tokens().begin(), q.tokens().end());
@@ -228,8 +200,9 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   std::vector<float> logits;
   absl::Status s = loaded_->model->Forward(steps, *loaded_->cache, &logits);
   if (!s.ok()) {
-    // A collective that timed out, lost a peer or follows such a failure:
-    // the group is broken and this rank is done for.
+    // A refused batch (InvalidArgument) leaves the group as it was. A
+    // collective that timed out, lost a peer or follows such a failure
+    // means the group is broken and this rank is done for.
     const absl::StatusCode c = s.code();
     if ((c == absl::StatusCode::kUnavailable ||
          c == absl::StatusCode::kDeadlineExceeded ||
