@@ -21,18 +21,16 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
+#include "worker/file_util.h"
 #include "worker/model_config.h"
 #include "worker/tokenizer.h"
 
@@ -121,14 +119,11 @@ int Main() {
   }
   std::string token;
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_token_file));
-    std::stringstream text;
-    text << in.rdbuf();
-    token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (!in || token.empty()) {
-      return Usage("cannot read a token from --token_file " +
-                   absl::GetFlag(FLAGS_token_file));
-    }
+    absl::StatusOr<std::string> t =
+        ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!t.ok())
+      return Usage("--token_file " + std::string(t.status().message()));
+    token = *std::move(t);
   } else if (!remote.empty()) {
     return Usage("--workers needs --token_file (the workers' shared token)");
   }
@@ -249,8 +244,13 @@ int Main() {
     if ((*engine)->serving() != serving) {
       serving = !serving;
       server->GetHealthCheckService()->SetServingStatus(serving);
-      std::fprintf(stderr, "coordinator: health %s\n",
-                   serving ? "SERVING" : "NOT_SERVING");
+      std::string health = serving ? "SERVING" : "NOT_SERVING";
+      // Not serving after a failure: say which (the group is restarting).
+      if (const absl::Status why = (*engine)->last_failure();
+          !serving && !why.ok()) {
+        absl::StrAppend(&health, ": ", why.message());
+      }
+      std::fprintf(stderr, "coordinator: health %s\n", health.c_str());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

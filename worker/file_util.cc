@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace octet {
@@ -30,14 +31,24 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
     status = absl::InternalError(
         absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
   } else if (!S_ISREG(st.st_mode)) {
-    status = absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
+    status =
+        absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
   if (!status.ok()) {
     ::close(fd);
     return status;
   }
   return RegularFile{fd, static_cast<size_t>(st.st_size)};
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path, 4096);
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds no token"));
+  }
+  return token;
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
@@ -48,9 +59,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   absl::Status status;
   std::string bytes;
   if (file->size > max_bytes) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", file->size, " bytes, more than the ", max_bytes,
-        " allowed for this file"));
+    status = absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", file->size, " bytes, more than the ",
+                     max_bytes, " allowed for this file"));
   } else {
     bytes.resize(file->size);
     size_t done = 0;
@@ -59,8 +70,8 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         status = absl::InvalidArgumentError(absl::StrCat(
-            path, ": read failed after ", done, " of ", bytes.size(),
-            " bytes", n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+            path, ": read failed after ", done, " of ", bytes.size(), " bytes",
+            n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
         break;
       }
       done += static_cast<size_t>(n);

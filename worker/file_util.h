@@ -26,6 +26,11 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           size_t max_bytes);
 
+// The shared token in `path` that remote workers require: ReadSmallFile's
+// errors, surrounding whitespace removed, and InvalidArgument naming the
+// path when nothing is left.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
 // Whether `path` exists, without throwing: an error (EACCES, ELOOP, ...)
 // other than "no such file" is returned as a status naming the path.
 absl::StatusOr<bool> PathExists(const std::string& path);

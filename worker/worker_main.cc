@@ -16,16 +16,14 @@
 
 #include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "worker/file_util.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(
@@ -64,13 +62,10 @@ int main(int argc, char** argv) {
   octet::WorkerServiceOptions options;
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) return Fail("cannot read --token_file " + token_file);
-    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (options.token.empty())
-      return Fail("--token_file " + token_file + " is empty");
+    absl::StatusOr<std::string> token = octet::ReadTokenFile(token_file);
+    if (!token.ok())
+      return Fail("--token_file " + std::string(token.status().message()));
+    options.token = *std::move(token);
   } else if (!absl::StartsWith(listen, "unix:")) {
     return Fail("a TCP address (--listen " + listen +
                 ") needs --token_file: the group's shared token");

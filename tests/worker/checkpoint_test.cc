@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "tests/process_util.h"
+#include "worker/file_util.h"
 #include "worker/synthetic.h"
 #include "worker/tokenizer.h"
 #include "worker/tokenizer_corpus.h"
@@ -196,6 +197,24 @@ TEST(Checkpoint, RejectsFifosAndDirectoriesInPlaceOfFiles) {
   fs::remove(tok);
   EXPECT_EQ(Tokenizer::Load(dir).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(Checkpoint::Open(dir).ok());
+  fs::remove_all(dir);
+}
+
+TEST(ReadTokenFile, StripsWhitespaceAndRefusesEmptyOrOddFiles) {
+  const std::string dir = TempDir("token");
+  fs::create_directories(dir);
+  const fs::path file = fs::path(dir) / "token";
+  std::ofstream(file) << "  s3cret\n";
+  EXPECT_EQ(ReadTokenFile(file.string()).value_or(""), "s3cret");
+  std::ofstream(file) << " \n";
+  EXPECT_EQ(ReadTokenFile(file.string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  fs::remove(file);
+  EXPECT_EQ(ReadTokenFile(file.string()).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);  // must not block
+  EXPECT_EQ(ReadTokenFile(file.string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   fs::remove_all(dir);
 }
 
