@@ -26,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/engine.h"
@@ -48,8 +49,12 @@ ABSL_FLAG(std::string, workers, "",
           "separated (instead of starting them)");
 ABSL_FLAG(std::string, token_file, "",
           "file with the shared token remote workers require");
-ABSL_FLAG(std::string, transport, "shm",
-          "CPU collectives between ranks: shm (one host) or gloo (TCP)");
+ABSL_FLAG(int32_t, rendezvous_port, 0,
+          "with --workers: the port the workers reach this coordinator's "
+          "rendezvous store on (0: any free one; the workers are told)");
+ABSL_FLAG(std::string, transport, "auto",
+          "CPU collectives between ranks: shm (one host), gloo (TCP) or "
+          "auto (shm for spawned workers, gloo with --workers)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768,
           "KV-cache capacity in tokens, over all sequences");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
@@ -92,11 +97,17 @@ int Main() {
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return Usage("--device must be auto, cpu or cuda, not '" + device + "'");
   }
-  if (transport != "shm" && transport != "gloo") {
-    return Usage("--transport must be shm or gloo, not '" + transport + "'");
+  if (transport != "auto" && transport != "shm" && transport != "gloo") {
+    return Usage("--transport must be auto, shm or gloo, not '" + transport +
+                 "'");
   }
   if (port < 0 || port > 65535)
     return Usage(absl::StrCat("--port ", port, " is not a port"));
+  const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  if (rendezvous_port < 0 || rendezvous_port > 65535) {
+    return Usage(
+        absl::StrCat("--rendezvous_port ", rendezvous_port, " is not a port"));
+  }
   const int block_size = absl::GetFlag(FLAGS_block_size);
   const int64_t kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   if (block_size < 1 || kv_tokens < block_size) {
@@ -115,6 +126,14 @@ int Main() {
     if (static_cast<int>(remote.size()) != tp) {
       return Usage(absl::StrCat("--workers lists ", remote.size(),
                                 " addresses for --tp ", tp));
+    }
+    for (const std::string& w : remote) {
+      const size_t colon = w.rfind(':');
+      int p = 0;
+      if (colon == std::string::npos || colon == 0 ||
+          !absl::SimpleAtoi(w.substr(colon + 1), &p) || p < 1 || p > 65535) {
+        return Usage("--workers entry '" + w + "' is not HOST:PORT");
+      }
     }
   }
   std::string token;
@@ -151,11 +170,15 @@ int Main() {
           .string();
   g.remote = remote;
   g.token = token;
-  g.rendezvous_listen = remote.empty() ? "127.0.0.1:0" : "0.0.0.0:0";
+  // Remote workers dial the address they were called from (wildcard host).
+  g.rendezvous_listen = absl::StrCat(remote.empty() ? "127.0.0.1" : "0.0.0.0",
+                                     ":", rendezvous_port);
   g.load.set_model_dir(std::filesystem::absolute(model).string());
   g.load.set_quantization(quantization);
   g.load.set_global_weight_scale(weight_scale == "global");
-  g.load.set_transport(transport);
+  g.load.set_transport(transport != "auto" ? transport
+                       : remote.empty()    ? "shm"
+                                           : "gloo");
   g.load.set_device(device);
   g.load.set_kv_blocks(blocks);
   g.load.set_kv_block_size(block_size);
@@ -214,9 +237,6 @@ int Main() {
   v1::ModelInfo info;
   info.set_model_name(std::filesystem::absolute(model).filename().string());
   info.set_architecture(config->architecture);
-  info.set_dtype(device == "cuda"  ? "bfloat16"
-                 : device == "cpu" ? "float32"
-                                   : "auto");
   info.set_quantization(quantization);
   info.set_tensor_parallel_size(tp);
   info.set_max_context_tokens(static_cast<uint32_t>(limits.max_context));

@@ -121,6 +121,11 @@ absl::Status Engine::last_failure() const {
   return last_failure_;
 }
 
+std::string Engine::activation_dtype() const {
+  absl::MutexLock lock(&mu_);
+  return activation_dtype_;
+}
+
 void Engine::End(Active& a, const absl::Status& status, Finish finish) {
   Outcome o;
   o.status = status;
@@ -308,6 +313,7 @@ void Engine::Loop() {
       }
       group_ = *std::move(g);
       serving_ = true;
+      activation_dtype_ = group_->activation_dtype();
     }
     if (active_.empty()) continue;
     const StepPlan plan = scheduler_->Schedule();

@@ -105,6 +105,9 @@ class Engine {
   bool serving() const;
   // Why the last group failed or did not start (OK if none did).
   absl::Status last_failure() const;
+  // What the last loaded group computes activations in (e.g. bfloat16);
+  // empty before one loaded.
+  std::string activation_dtype() const;
 
  private:
   struct Active;
@@ -128,6 +131,7 @@ class Engine {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_failure_ ABSL_GUARDED_BY(mu_);
+  std::string activation_dtype_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet running
   std::deque<std::unique_ptr<Active>> submitted_ ABSL_GUARDED_BY(mu_);

@@ -220,6 +220,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     return reactor;
   }
   *response = info_;
+  response->set_dtype(engine_.activation_dtype());  // as the workers loaded
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -16,7 +16,8 @@ namespace octet {
 class GenerationService final : public v1::Generation::CallbackService {
  public:
   // `engine` must outlive the service; `encode` tokenizes text prompts
-  // (null: token ids only); `info` is what GetModelInfo answers.
+  // (null: token ids only); `info` is what GetModelInfo answers, its dtype
+  // the loaded workers' (Engine::activation_dtype).
   GenerationService(Engine& engine, ModelLimits limits, EncodeFn encode,
                     v1::ModelInfo info)
       : engine_(engine),

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
 
 extern char** environ;
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
       RendezvousServer::Start(options.remote.empty()
                                   ? std::string("127.0.0.1:0")
                                   : options.rendezvous_listen,
-                              &g->store_);
+                              &g->store_, options.token);
   if (!server.ok()) return server.status();
   g->rendezvous_ = *std::move(server);
   absl::Status s =
@@ -154,9 +155,7 @@ std::unique_ptr<grpc::ClientContext> WorkerGroup::Context(
     absl::Duration timeout) const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(After(timeout));
-  if (!options_.token.empty()) {
-    context->AddMetadata("authorization", "Bearer " + options_.token);
-  }
+  AddBearerToken(options_.token, *context);
   return context;
 }
 
@@ -180,6 +179,9 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
       rpc::LoadProgress p;
       while (reader->Read(&p)) {
         if (progress) progress(r, p);
+        if (r == 0 && !p.activation_dtype().empty()) {
+          activation_dtype_ = p.activation_dtype();
+        }
       }
       statuses[r] = FromGrpc(reader->Finish());
       // One rank's failure leaves the others waiting for it: stop them.

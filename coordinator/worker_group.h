@@ -40,8 +40,10 @@ struct WorkerGroupOptions {
   // spawned), with their shared token.
   std::vector<std::string> remote;
   std::string token;
-  // Where remote workers reach the rendezvous store: HOST:PORT on this
-  // machine (port 0 picks one). Spawned workers use loopback.
+  // Where remote workers reach the rendezvous store (which then requires
+  // the token): HOST:PORT on this machine, port 0 picking one. A wildcard
+  // host (0.0.0.0) is sent as such; each worker dials the address its Load
+  // call came from. Spawned workers use loopback.
   std::string rendezvous_listen = "127.0.0.1:0";
   // What every rank loads; rank, world size and rendezvous are set here.
   internal::v1::LoadRequest load;
@@ -70,6 +72,8 @@ class WorkerGroup {
       const internal::v1::StepRequest& request);
   absl::Status Free(const std::vector<uint64_t>& seq_ids);
 
+  // What rank 0 computes activations in, as its Load said (e.g. float32).
+  const std::string& activation_dtype() const { return activation_dtype_; }
   // Why the group failed; OK while it serves.
   absl::Status failed() const;
   int size() const { return static_cast<int>(stubs_.size()); }
@@ -91,6 +95,7 @@ class WorkerGroup {
   const WorkerGroupOptions options_;
   std::string socket_dir_;  // spawned workers' sockets (private: 0700)
   std::vector<pid_t> pids_;
+  std::string activation_dtype_;  // set by LoadAll
   std::vector<std::unique_ptr<internal::v1::Worker::Stub>> stubs_;
   InMemoryStore store_;
   std::unique_ptr<RendezvousServer> rendezvous_;

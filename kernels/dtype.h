@@ -46,4 +46,19 @@ constexpr absl::string_view DTypeName(DType t) {
   return "?";
 }
 
+// The names users know from PyTorch and HF configs (ModelInfo.dtype).
+constexpr absl::string_view DTypeLongName(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBf16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kE4m3:
+      return "float8_e4m3fn";
+  }
+  return "?";
+}
+
 }  // namespace octet

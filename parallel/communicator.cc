@@ -262,10 +262,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
 
 absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
     KeyValueStore& store, int rank, int size, const std::string& transport,
-    const std::string& group, absl::Duration timeout) {
+    const std::string& group, absl::Duration timeout,
+    const std::string& hostname) {
   if (transport == "gloo") {
-    return NewGlooCommunicator(store, rank, size,
-                               GlooOptions{.group = group, .timeout = timeout});
+    return NewGlooCommunicator(
+        store, rank, size,
+        GlooOptions{.group = group, .hostname = hostname, .timeout = timeout});
   }
   if (transport == "shm") {
     return NewShmCommunicator(store, rank, size,

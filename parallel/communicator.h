@@ -69,9 +69,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
 
 // A group of CPU ranks over `transport`: "gloo" (TCP, ranks on any hosts)
 // or "shm" (shared memory, ranks on one host: parallel/shm_communicator.h).
-// InvalidArgument naming the transport otherwise.
+// InvalidArgument naming the transport otherwise. `hostname`: where this
+// rank listens for its Gloo peers (GlooOptions::hostname).
 absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
     KeyValueStore& store, int rank, int size, const std::string& transport,
-    const std::string& group, absl::Duration timeout);
+    const std::string& group, absl::Duration timeout,
+    const std::string& hostname = "127.0.0.1");
 
 }  // namespace octet

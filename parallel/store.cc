@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "octet/internal/v1/rendezvous.grpc.pb.h"
+#include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
 
 namespace octet {
@@ -42,18 +43,22 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) {
 }
 
 // The service: Get waits in the store for at most the request's timeout,
-// and never past the call's own deadline.
+// and never past the call's own deadline. With a token, calls without it
+// are refused.
 class RendezvousService final : public rpc::Rendezvous::Service {
  public:
-  explicit RendezvousService(KeyValueStore* store) : store_(store) {}
+  RendezvousService(KeyValueStore* store, std::string token)
+      : store_(store), token_(std::move(token)) {}
 
-  grpc::Status Set(grpc::ServerContext*, const rpc::SetRequest* request,
+  grpc::Status Set(grpc::ServerContext* context, const rpc::SetRequest* request,
                    rpc::SetResponse*) override {
+    if (grpc::Status s = CheckBearerToken(token_, *context); !s.ok()) return s;
     return ToGrpc(store_->Set(request->key(), request->value()));
   }
 
   grpc::Status Get(grpc::ServerContext* context, const rpc::GetRequest* request,
                    rpc::GetResponse* response) override {
+    if (grpc::Status s = CheckBearerToken(token_, *context); !s.ok()) return s;
     if (request->timeout_ms() < 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "rendezvous: timeout_ms must be >= 0");
@@ -69,12 +74,14 @@ class RendezvousService final : public rpc::Rendezvous::Service {
 
  private:
   KeyValueStore* store_;
+  const std::string token_;
 };
 
 }  // namespace
 
 struct RendezvousServer::Impl {
-  explicit Impl(KeyValueStore* store) : service(store) {}
+  Impl(KeyValueStore* store, std::string token)
+      : service(store, std::move(token)) {}
   RendezvousService service;
   std::unique_ptr<grpc::Server> server;
 };
@@ -90,13 +97,14 @@ RendezvousServer::~RendezvousServer() {
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
-    const std::string& address, KeyValueStore* store) {
+    const std::string& address, KeyValueStore* store,
+    const std::string& token) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous: address '", address, "' is not host:port"));
   }
-  auto impl = std::make_unique<Impl>(store);
+  auto impl = std::make_unique<Impl>(store, token);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
@@ -114,8 +122,8 @@ struct GrpcStore::Impl {
   std::unique_ptr<rpc::Rendezvous::Stub> stub;
 };
 
-GrpcStore::GrpcStore(const std::string& address)
-    : impl_(std::make_unique<Impl>()) {
+GrpcStore::GrpcStore(const std::string& address, std::string token)
+    : impl_(std::make_unique<Impl>()), token_(std::move(token)) {
   impl_->stub = rpc::Rendezvous::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
@@ -126,6 +134,7 @@ absl::Status GrpcStore::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;
   context.set_deadline(ToChrono(absl::Now() + kSetTimeout));
   context.set_wait_for_ready(true);
+  AddBearerToken(token_, context);
   rpc::SetRequest request;
   request.set_key(key);
   request.set_value(value);
@@ -138,6 +147,7 @@ absl::StatusOr<std::string> GrpcStore::Get(const std::string& key,
   grpc::ClientContext context;
   context.set_deadline(ToChrono(deadline));
   context.set_wait_for_ready(true);
+  AddBearerToken(token_, context);
   rpc::GetRequest request;
   request.set_key(key);
   request.set_timeout_ms(

@@ -50,9 +50,11 @@ class InMemoryStore : public KeyValueStore {
 class RendezvousServer {
  public:
   // Listens on `address` ("host:port"; port 0 picks a free one) and serves
-  // `store`, which must outlive the server.
+  // `store`, which must outlive the server. With a `token`, only calls that
+  // carry it are served (parallel/bearer_token.h).
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
-      const std::string& address, KeyValueStore* store);
+      const std::string& address, KeyValueStore* store,
+      const std::string& token = "");
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
@@ -72,7 +74,8 @@ class RendezvousServer {
 // the coordinator listens.
 class GrpcStore : public KeyValueStore {
  public:
-  explicit GrpcStore(const std::string& address);
+  // `token`: the server's token, if it has one.
+  explicit GrpcStore(const std::string& address, std::string token = "");
   ~GrpcStore() override;
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
@@ -84,6 +87,7 @@ class GrpcStore : public KeyValueStore {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  const std::string token_;
 };
 
 }  // namespace octet

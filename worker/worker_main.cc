@@ -5,12 +5,18 @@
 //   worker --listen unix:/run/octet/rank0.sock
 //   worker --listen 0.0.0.0:50061 --token_file /etc/octet/token   (remote)
 //
+// Remote workers also reach the coordinator's rendezvous store (with the
+// same token) and, over Gloo, each other: --host is the address the other
+// ranks reach this one at (by default this machine's host name, resolved
+// as the peers would; 127.0.0.1 on a Unix socket).
+//
 // The model is loaded when the coordinator sends Load. A TCP address needs
 // --token_file: the group's shared token, which every call must carry. On a
 // Unix socket (a local coordinator started it) it ends with its parent.
 // Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
 // step (exit code 1: a worker joins one group in its life).
 #include <grpcpp/grpcpp.h>
+#include <limits.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -31,6 +37,10 @@ ABSL_FLAG(
     "where to serve: unix:PATH (local) or HOST:PORT (needs --token_file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the group's shared token (required for HOST:PORT)");
+ABSL_FLAG(std::string, host, "",
+          "address the other ranks reach this one at, for Gloo collectives "
+          "(default: the --listen host, or this machine's host name when "
+          "that is a wildcard; 127.0.0.1 for unix:PATH)");
 
 namespace {
 
@@ -40,6 +50,19 @@ void OnSignal(int sig) { stop_signal = sig; }
 int Fail(const std::string& message) {
   std::fprintf(stderr, "worker: %s\n", message.c_str());
   return 2;
+}
+
+// Where this rank listens for its peers (see --host), from --listen.
+std::string CollectiveHost(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:")) return "127.0.0.1";
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (!host.empty() && host != "0.0.0.0" && host != "::") return host;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
 }
 
 }  // namespace
@@ -73,6 +96,9 @@ int main(int argc, char** argv) {
   // A broken group ends this process (exit code 1) once the failed step's
   // answer is on its way.
   options.on_group_failed = [] { stop_signal = -1; };
+  options.collective_host = absl::GetFlag(FLAGS_host).empty()
+                                ? CollectiveHost(listen)
+                                : absl::GetFlag(FLAGS_host);
   octet::WorkerService service(options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials());

@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
 #include "parallel/store.h"
 #include "worker/backends.h"
@@ -68,20 +70,33 @@ float LogProb(const std::vector<float>& row, int64_t id) {
 
 }  // namespace
 
+absl::StatusOr<std::string> RendezvousTarget(const std::string& address,
+                                             const std::string& peer) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load: rendezvous_address '", address, "' is not HOST:PORT"));
+  }
+  const std::string host = address.substr(0, colon);
+  if (host != "" && host != "0.0.0.0" && host != "[::]" && host != "::") {
+    return address;
+  }
+  // The caller's host: "ipv4:1.2.3.4:567" or "ipv6:[::1]:567".
+  const size_t peer_colon = peer.rfind(':');
+  if ((absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) &&
+      peer_colon > 5) {
+    return absl::StrCat(peer.substr(5, peer_colon - 5), address.substr(colon));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("load: rendezvous_address '", address,
+                   "' names no host and the call came from '", peer, "'"));
+}
+
 WorkerService::~WorkerService() = default;
 
 grpc::Status WorkerService::Authorize(
     const grpc::ServerContext& context) const {
-  if (options_.token.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it != metadata.end() &&
-      std::string(it->second.data(), it->second.size()) ==
-          "Bearer " + options_.token) {
-    return grpc::Status::OK;
-  }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "this worker needs the group's token");
+  return CheckBearerToken(options_.token, context);
 }
 
 grpc::Status WorkerService::Load(
@@ -124,14 +139,18 @@ grpc::Status WorkerService::Load(
       result->comm = NewSingleRankCommunicator();
     } else {
       report(0, layers, absl::StrCat("joining the group of ", r.world_size()));
-      GrpcStore store(r.rendezvous_address());
+      absl::StatusOr<std::string> target =
+          RendezvousTarget(r.rendezvous_address(), context->peer());
+      if (!target.ok()) return target.status();
+      GrpcStore store(*target, options_.token);
       const absl::Duration timeout =
           r.collective_timeout_ms() > 0
               ? absl::Milliseconds(r.collective_timeout_ms())
               : absl::Seconds(60);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = NewCpuCommunicator(
-          store, r.rank(), r.world_size(),
-          r.transport().empty() ? "shm" : r.transport(), r.group(), timeout);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          NewCpuCommunicator(store, r.rank(), r.world_size(),
+                             r.transport().empty() ? "shm" : r.transport(),
+                             r.group(), timeout, options_.collective_host);
       if (!comm.ok()) return comm.status();
       result->comm = *std::move(comm);
     }
@@ -152,6 +171,14 @@ grpc::Status WorkerService::Load(
         {.block_size = r.kv_block_size(), .num_blocks = r.kv_blocks()});
     if (!cache.ok()) return cache.status();
     result->cache = *std::move(cache);
+    // The last message says what the rank computes in (ModelInfo.dtype).
+    rpc::LoadProgress loaded;
+    loaded.set_done(layers);
+    loaded.set_total(layers);
+    loaded.set_stage("loaded");
+    loaded.set_activation_dtype(
+        std::string(DTypeLongName(result->backend->activation_dtype())));
+    writer->Write(loaded);
     return absl::OkStatus();
   }();
   absl::MutexLock lock(&mu_);

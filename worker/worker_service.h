@@ -31,11 +31,24 @@ struct WorkerServiceOptions {
   // When not empty, every call must carry "authorization: Bearer <token>"
   // (remote workers); empty for workers on a Unix socket.
   std::string token;
+  // Where this rank listens for its peers' Gloo connections: an address of
+  // this machine the other ranks can reach (127.0.0.1 when all ranks run
+  // here).
+  std::string collective_host = "127.0.0.1";
   // Called once when a step fails inside the group's collectives: the group
   // is broken and this process cannot rejoin another, so the worker program
   // exits (and its supervisor, e.g. Kubernetes, starts a fresh one).
   std::function<void()> on_group_failed;
 };
+
+// The rendezvous store's address as a worker dials it. A coordinator that
+// listens on every interface cannot know which of its addresses a worker
+// reaches, so it sends a wildcard host ("0.0.0.0:PORT", "[::]:PORT") or
+// none (":PORT"); the host is then the one the Load call came from: `peer`,
+// as gRPC writes it ("ipv4:HOST:PORT", "ipv6:[HOST]:PORT"). InvalidArgument
+// when neither names a host.
+absl::StatusOr<std::string> RendezvousTarget(const std::string& address,
+                                             const std::string& peer);
 
 class WorkerService final : public internal::v1::Worker::Service {
  public:

@@ -2,7 +2,9 @@
 // `worker` processes: a TP = 2 group starts, reports load progress and
 // steps; a worker killed with SIGKILL, or stopped (SIGSTOP), fails the group
 // within 5 s with UNAVAILABLE, also for the step in flight; a model that
-// does not load is an error naming the rank.
+// does not load is an error naming the rank. Remote workers (TCP, a shared
+// token, Gloo between them, the rendezvous store on a wildcard address)
+// step like spawned ones, and refuse a coordinator without the token.
 #include "coordinator/worker_group.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +99,53 @@ TEST_F(WorkerGroupTest, StartsLoadsWithProgressAndSteps) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*group)->failed().ok());
   EXPECT_TRUE((*group)->Step(Prefill(3, 1)).ok());
+}
+
+TEST_F(WorkerGroupTest, RemoteWorkersNeedTheTokenAndStepLikeSpawnedOnes) {
+  // The reference: a spawned group's first token.
+  int32_t spawned_token = -1;
+  {
+    auto group = WorkerGroup::Start(Options(2), nullptr);
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_EQ((*group)->activation_dtype(), "float32");
+    auto step = (*group)->Step(Prefill(1, 0));
+    ASSERT_TRUE(step.ok() && step->tokens_size() == 1) << step.status();
+    spawned_token = step->tokens(0).token();
+  }
+  // Two workers on TCP, as Kubernetes pods would run them.
+  const std::string token_file = (*dir_ / "token").string();
+  std::ofstream(token_file) << "group-token\n";
+  std::vector<std::unique_ptr<testing::Child>> workers;
+  WorkerGroupOptions o = Options(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::string address =
+        absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
+    workers.push_back(std::make_unique<testing::Child>(std::vector<std::string>{
+        testing::SiblingProgram("worker"), "--listen=" + address,
+        "--token_file=" + token_file}));
+    o.remote.push_back(address);
+  }
+  o.worker_program.clear();
+  o.load.set_transport("gloo");
+  // Every interface: the workers dial the address they are called from.
+  o.rendezvous_listen = "0.0.0.0:0";
+  // Without the right token nothing loads, and the workers stay usable.
+  o.token = "not-the-token";
+  auto refused = WorkerGroup::Start(o, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("worker rank"), std::string::npos)
+      << refused.status();
+  o.token = "group-token";
+  auto group = WorkerGroup::Start(o, nullptr);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_TRUE((*group)->pids().empty());  // nothing spawned
+  EXPECT_EQ((*group)->activation_dtype(), "float32");
+  auto step = (*group)->Step(Prefill(1, 0));
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_EQ(step->tokens_size(), 1);
+  EXPECT_EQ(step->tokens(0).token(), spawned_token);
 }
 
 TEST_F(WorkerGroupTest, ALostWorkerFailsTheGroupWithinFiveSeconds) {

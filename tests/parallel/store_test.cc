@@ -52,6 +52,27 @@ TEST(Store, OverGrpc) {
   EXPECT_EQ(*backing.Get("b", absl::Now()), "late");
 }
 
+TEST(Store, AServerWithATokenServesOnlyCallsThatCarryIt) {
+  InMemoryStore backing;
+  auto server = RendezvousServer::Start("127.0.0.1:0", &backing, "s3cret");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  for (const std::string& token : {std::string(""), std::string("s3creT"),
+                                   std::string("s3cret ")}) {
+    GrpcStore stranger((*server)->address(), token);
+    EXPECT_EQ(stranger.Set("k", "forged").code(),
+              absl::StatusCode::kUnauthenticated)
+        << "token '" << token << "'";
+    EXPECT_EQ(stranger.Get("k", soon).status().code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  EXPECT_EQ(backing.Get("k", absl::Now()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);  // nothing was written
+  GrpcStore member((*server)->address(), "s3cret");
+  ASSERT_TRUE(member.Set("k", "v").ok());
+  EXPECT_EQ(*member.Get("k", soon), "v");
+}
+
 TEST(Store, ClientWaitsForAServerThatIsNotUpYet) {
   // Find a free port, then start the server there only after the client
   // has begun waiting.

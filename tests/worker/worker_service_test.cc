@@ -20,6 +20,7 @@
 #include "tests/process_util.h"
 #include "worker/generator.h"
 #include "worker/synthetic.h"
+#include "worker/worker_service.h"
 
 namespace octet {
 namespace {
@@ -299,6 +300,33 @@ TEST_F(WorkerServiceTest, AWorkerWhoseGroupFailedExits) {
   EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE)
       << failed.error_message();
   EXPECT_EQ(w.procs[0]->Wait(absl::Seconds(10)), 1);
+}
+
+TEST(RendezvousTarget, AWildcardHostIsTheCallersHost) {
+  struct Case {
+    std::string address, peer, want;  // want "": an error
+  };
+  const std::vector<Case> cases = {
+      {"10.0.0.5:7000", "ipv4:10.0.0.9:4444", "10.0.0.5:7000"},
+      {"coordinator.ns.svc:7000", "ipv4:10.0.0.9:1", "coordinator.ns.svc:7000"},
+      {"0.0.0.0:7000", "ipv4:10.0.0.9:4444", "10.0.0.9:7000"},
+      {":7000", "ipv4:127.0.0.1:4444", "127.0.0.1:7000"},
+      {"[::]:7000", "ipv6:[fd00::2]:4444", "[fd00::2]:7000"},
+      {"0.0.0.0:7000", "unix:", ""},  // a Unix socket names no host
+      {"0.0.0.0:7000", "ipv4::1", ""},
+      {"7000", "ipv4:10.0.0.9:1", ""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> got = RendezvousTarget(c.address, c.peer);
+    if (c.want.empty()) {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument)
+          << c.address << " from " << c.peer;
+      EXPECT_NE(got.status().message().find("rendezvous_address"),
+                std::string::npos);
+    } else {
+      EXPECT_EQ(got.value_or("error"), c.want) << c.address << " " << c.peer;
+    }
+  }
 }
 
 TEST_F(WorkerServiceTest, ATokenIsRequiredWhenConfigured) {

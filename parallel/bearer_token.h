@@ -1,0 +1,39 @@
+// The shared token of a worker group on the wire: every internal call
+// between hosts (coordinator → worker, worker → rendezvous store) carries
+// "authorization: Bearer TOKEN" when the group has a token, and the
+// receiving side refuses calls without it (UNAUTHENTICATED). Spawned
+// workers on private Unix sockets have no token.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+namespace octet {
+
+// Adds the token to a call (nothing for an empty token).
+inline void AddBearerToken(const std::string& token,
+                           grpc::ClientContext& context) {
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+}
+
+// OK when the group has no token or the call carries it; UNAUTHENTICATED
+// otherwise. Compares in time independent of where the values differ.
+inline grpc::Status CheckBearerToken(const std::string& token,
+                                     const grpc::ServerContext& context) {
+  if (token.empty()) return grpc::Status::OK;
+  const std::string expected = "Bearer " + token;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it != metadata.end() && it->second.size() == expected.size()) {
+    unsigned char differ = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      differ |= static_cast<unsigned char>(it->second.data()[i] ^ expected[i]);
+    }
+    if (differ == 0) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "this call needs the worker group's token");
+}
+
+}  // namespace octet
