@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
@@ -217,15 +218,18 @@ absl::StatusOr<rpc::StepResponse> WorkerGroup::Step(
       in_flight_.push_back(contexts.back().get());
     }
   }
+  // Sent to every rank at once (gRPC's callback API: no thread per rank).
   std::vector<rpc::StepResponse> responses(size());
   std::vector<grpc::Status> statuses(size());
-  std::vector<std::thread> threads;
+  absl::BlockingCounter pending(size());
   for (int r = 0; r < size(); ++r) {
-    threads.emplace_back([&, r] {
-      statuses[r] = stubs_[r]->Step(contexts[r].get(), request, &responses[r]);
-    });
+    stubs_[r]->async()->Step(contexts[r].get(), &request, &responses[r],
+                             [&statuses, &pending, r](grpc::Status s) {
+                               statuses[r] = std::move(s);
+                               pending.DecrementCount();
+                             });
   }
-  for (std::thread& t : threads) t.join();
+  pending.Wait();
   {
     absl::MutexLock lock(&mu_);
     in_flight_.clear();
