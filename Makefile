@@ -8,17 +8,19 @@
 #   make build  every program into build/bin/
 #
 # CMAKE_FLAGS passes options through, e.g. make build CMAKE_FLAGS=-DOCTET_CUDA=OFF
+# DEPS=build installs only what building needs (the container image does).
 
 BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
+DEPS ?= all
 
 .PHONY: all deps configure build test run clean
 
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	@BUILD_DIR=$(BUILD_DIR) scripts/install-deps.sh $(DEPS)
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)

@@ -8,14 +8,16 @@
 // (found beside this program) on private Unix sockets, or connects to
 // running ones (--workers, with --token_file), shows their load progress,
 // and serves octet.v1.Generation, grpc.health.v1.Health (SERVING once every
-// rank is loaded) and server reflection on --port. A failed worker group is
-// replaced by a new one. Ends on SIGINT or SIGTERM.
+// rank is loaded; "liveness" while the process answers) and server
+// reflection on --port, and Prometheus metrics on --metrics_port. A failed
+// worker group is replaced by a new one. Ends on SIGINT or SIGTERM.
 //
 // The composition root: it reads the model's config and tokenizer with
 // worker/'s readers, the one place the coordinator links worker/ code.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -31,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/metrics.h"
 #include "worker/file_util.h"
 #include "worker/model_config.h"
 #include "worker/tokenizer.h"
@@ -63,6 +66,9 @@ ABSL_FLAG(int32_t, max_running, 64, "sequences in one step at most");
 ABSL_FLAG(int32_t, max_queue, 1024,
           "waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "port of the Prometheus endpoint (http://HOST:PORT/metrics); 0: "
+          "none");
 
 namespace octet {
 namespace {
@@ -103,6 +109,11 @@ int Main() {
   }
   if (port < 0 || port > 65535)
     return Usage(absl::StrCat("--port ", port, " is not a port"));
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return Usage(
+        absl::StrCat("--metrics_port ", metrics_port, " is not a port"));
+  }
   const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   if (rendezvous_port < 0 || rendezvous_port > 65535) {
     return Usage(
@@ -161,6 +172,23 @@ int Main() {
                  model.c_str());
   }
 
+  // Metrics first: the engine counts into them from its start.
+  Metrics metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (metrics_port != 0) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(
+          absl::StrCat("0.0.0.0:", metrics_port));
+    } catch (const std::exception& e) {
+      return Usage(absl::StrCat("cannot serve metrics on port ", metrics_port,
+                                ": ", e.what()));
+    }
+    exposer->RegisterCollectable(metrics.registry());
+    std::fprintf(stderr,
+                 "coordinator: Prometheus metrics on port %d at /metrics\n",
+                 metrics_port);
+  }
+
   // The engine and its worker groups.
   const int64_t blocks = kv_tokens / block_size;
   WorkerGroupOptions g;
@@ -195,6 +223,7 @@ int Main() {
                  .max_tokens_per_step = absl::GetFlag(FLAGS_max_batch_tokens),
                  .max_running = absl::GetFlag(FLAGS_max_running),
                  .max_waiting = absl::GetFlag(FLAGS_max_queue)};
+  e.metrics = &metrics;
   e.start_group = [g, terminal]() {
     std::fprintf(stderr, "coordinator: starting %d worker(s)\n", g.tp);
     auto group = WorkerGroup::Start(
@@ -241,7 +270,7 @@ int Main() {
   info.set_tensor_parallel_size(tp);
   info.set_max_context_tokens(static_cast<uint32_t>(limits.max_context));
   info.set_vocab_size(static_cast<uint32_t>(config->vocab_size));
-  GenerationService service(**engine, limits, encode, info);
+  GenerationService service(**engine, limits, encode, info, &metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -258,25 +287,35 @@ int Main() {
                bound);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // Health: "" (the server) and octet.v1.Generation are SERVING while a
+  // loaded worker group serves (readiness); "liveness" is SERVING while
+  // this process answers at all, also while a failed group is replaced
+  // (a Kubernetes liveness probe must not restart it for that).
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  auto set_ready = [health](bool ready) {
+    health->SetServingStatus("", ready);
+    health->SetServingStatus("octet.v1.Generation", ready);
+  };
+  health->SetServingStatus("liveness", true);
   bool serving = false;
-  server->GetHealthCheckService()->SetServingStatus(false);
+  set_ready(false);
   while (stop_signal == 0) {
     if ((*engine)->serving() != serving) {
       serving = !serving;
-      server->GetHealthCheckService()->SetServingStatus(serving);
-      std::string health = serving ? "SERVING" : "NOT_SERVING";
+      set_ready(serving);
+      std::string line = serving ? "SERVING" : "NOT_SERVING";
       // Not serving after a failure: say which (the group is restarting).
       if (const absl::Status why = (*engine)->last_failure();
           !serving && !why.ok()) {
-        absl::StrAppend(&health, ": ", why.message());
+        absl::StrAppend(&line, ": ", why.message());
       }
-      std::fprintf(stderr, "coordinator: health %s\n", health.c_str());
+      std::fprintf(stderr, "coordinator: health %s\n", line.c_str());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
                static_cast<int>(stop_signal));
-  server->GetHealthCheckService()->SetServingStatus(false);
+  health->SetServingStatus(false);  // every service, liveness too
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   engine->reset();
   return 0;

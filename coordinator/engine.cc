@@ -19,13 +19,25 @@ struct Engine::Active {
   std::string text;  // generated so far (stop strings cut off)
   size_t sent = 0;   // bytes of `text` delivered
   int64_t generated = 0;
-  absl::Time arrival, first_token;
+  absl::Time arrival, first_token, last_token;
 };
 
 namespace {
 
 // The longest stop string, less one: how much text to hold back, since it
 // may be the start of a stop string.
+const char* FinishName(Finish f) {
+  switch (f) {
+    case Finish::kEos:
+      return "eos";
+    case Finish::kStop:
+      return "stop";
+    case Finish::kLength:
+      break;
+  }
+  return "length";
+}
+
 size_t HoldBack(const ValidRequest& r) {
   size_t longest = 0;
   for (const std::string& s : r.stop) longest = std::max(longest, s.size());
@@ -74,6 +86,15 @@ Engine::~Engine() {
 
 absl::StatusOr<uint64_t> Engine::Submit(ValidRequest request,
                                         RequestCallbacks callbacks) {
+  absl::StatusOr<uint64_t> id = Queue(std::move(request), std::move(callbacks));
+  if (!id.ok() && options_.metrics != nullptr) {
+    options_.metrics->RequestEnded(id.status().code(), "none");
+  }
+  return id;
+}
+
+absl::StatusOr<uint64_t> Engine::Queue(ValidRequest request,
+                                       RequestCallbacks callbacks) {
   // Checked here, on the caller's thread, so that the answer is immediate.
   if (absl::Status fits = scheduler_->CheckFits(
           static_cast<int64_t>(request.prompt.size()), request.max_new_tokens);
@@ -138,6 +159,11 @@ void Engine::End(Active& a, const absl::Status& status, Finish finish) {
     o.time_to_first_token_seconds =
         absl::ToDoubleSeconds(a.first_token - a.arrival);
   }
+  if (options_.metrics != nullptr) {
+    options_.metrics->RequestEnded(status.code(),
+                                   status.ok() ? FinishName(finish) : "none");
+    options_.metrics->RequestLatency(o.total_seconds);
+  }
   Delta rest;
   if (status.ok()) rest.text = a.text.substr(a.sent);
   if (a.callbacks.on_done) a.callbacks.on_done(rest, o);
@@ -154,7 +180,18 @@ void Engine::EndRunning(const absl::Status& status) {
 }
 
 bool Engine::Deliver(Active& a, int32_t token, float logprob) {
-  if (a.generated++ == 0) a.first_token = absl::Now();
+  const absl::Time now = absl::Now();
+  if (Metrics* m = options_.metrics; m != nullptr) {
+    if (a.generated == 0) {
+      m->TimeToFirstToken(absl::ToDoubleSeconds(now - a.arrival));
+      m->PromptTokens(static_cast<int64_t>(a.request.prompt.size()));
+    } else {
+      m->InterTokenLatency(absl::ToDoubleSeconds(now - a.last_token));
+    }
+    m->GenerationTokens(1);
+  }
+  if (a.generated++ == 0) a.first_token = now;
+  a.last_token = now;
   Delta d;
   d.token_ids.push_back(token);
   if (a.request.logprobs) d.logprobs.push_back(logprob);
@@ -254,6 +291,12 @@ void Engine::Loop() {
     std::vector<uint64_t> cancels;
     {
       absl::MutexLock lock(&mu_);
+      if (options_.metrics != nullptr) {
+        options_.metrics->SetLoad(
+            scheduler_->waiting() + static_cast<int64_t>(submitted_.size()),
+            scheduler_->running(), scheduler_->used_blocks(),
+            scheduler_->free_blocks());
+      }
       // Sleep while there is nothing to do: no requests, and a group that
       // serves (a missing or failed one is replaced first).
       const bool group_ok = group_ != nullptr && group_->failed().ok();
@@ -297,6 +340,7 @@ void Engine::Loop() {
     if (group_ == nullptr || !group_->failed().ok()) {
       if (group_ != nullptr) {
         const absl::Status why = group_->failed();
+        if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
         EndRunning(why);
         group_.reset();
         absl::MutexLock lock(&mu_);
@@ -307,6 +351,7 @@ void Engine::Loop() {
       absl::MutexLock lock(&mu_);
       queued_ = scheduler_->waiting();
       if (!g.ok()) {
+        if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
         last_failure_ = g.status();
         wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
         continue;
@@ -317,6 +362,10 @@ void Engine::Loop() {
     }
     if (active_.empty()) continue;
     const StepPlan plan = scheduler_->Schedule();
+    if (options_.metrics != nullptr && !plan.preempted.empty()) {
+      options_.metrics->Preemptions(
+          static_cast<int64_t>(plan.preempted.size()));
+    }
     {
       absl::MutexLock lock(&mu_);
       queued_ = scheduler_->waiting();

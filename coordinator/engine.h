@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/metrics.h"
 #include "coordinator/request.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_group.h"
@@ -61,6 +62,9 @@ struct EngineOptions {
   std::function<std::unique_ptr<TextDecoder>()> new_decoder;
   // Pause between attempts to replace a failed group.
   absl::Duration restart_backoff = absl::Seconds(1);
+  // Where to count requests, tokens and latencies (none: null); must
+  // outlive the engine.
+  Metrics* metrics = nullptr;
 };
 
 enum class Finish { kLength, kEos, kStop };
@@ -112,6 +116,9 @@ class Engine {
  private:
   struct Active;
   explicit Engine(EngineOptions options);
+  // Submit, less the metrics of a refusal.
+  absl::StatusOr<uint64_t> Queue(ValidRequest request,
+                                 RequestCallbacks callbacks);
   void Loop();
   // Runs one step of the plan (a failed group shows in group_->failed()).
   void RunStep(const StepPlan& plan);

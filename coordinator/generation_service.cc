@@ -192,6 +192,9 @@ class StreamReactor
 absl::StatusOr<ValidRequest> GenerationService::Check(
     const v1::GenerateRequest& request) {
   absl::StatusOr<ValidRequest> r = ValidateRequest(request, limits_, encode_);
+  if (!r.ok() && metrics_ != nullptr) {
+    metrics_->RequestEnded(r.status().code(), "none");
+  }
   if (r.ok() && r->request_id.empty()) {
     r->request_id = absl::StrCat("octet-", next_id_++);
   }

@@ -17,13 +17,15 @@ class GenerationService final : public v1::Generation::CallbackService {
  public:
   // `engine` must outlive the service; `encode` tokenizes text prompts
   // (null: token ids only); `info` is what GetModelInfo answers, its dtype
-  // the loaded workers' (Engine::activation_dtype).
+  // the loaded workers' (Engine::activation_dtype). Invalid requests count
+  // in `metrics` (optional; the engine counts the rest).
   GenerationService(Engine& engine, ModelLimits limits, EncodeFn encode,
-                    v1::ModelInfo info)
+                    v1::ModelInfo info, Metrics* metrics = nullptr)
       : engine_(engine),
         limits_(std::move(limits)),
         encode_(std::move(encode)),
-        info_(std::move(info)) {}
+        info_(std::move(info)),
+        metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,
@@ -43,6 +45,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   const ModelLimits limits_;
   const EncodeFn encode_;
   const v1::ModelInfo info_;
+  Metrics* const metrics_;
   std::atomic<uint64_t> next_id_{1};
 };
 

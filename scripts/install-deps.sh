@@ -1,11 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages octet builds against, and only those missing.
-# Used by `make` (deps target), CI (.ci/run via make test) and, later, the
-# container build, so that every build starts from the same package list.
+# Installs what octet builds and tests with, and only what is missing.
+# Used by `make` (deps target), CI (.ci/run via make test) and the container
+# build (deploy/docker/Dockerfile), so that every build starts from the same
+# package list.
+#
+#   scripts/install-deps.sh [all|build]
+#
+#   build  the Debian packages the programs and tests compile against
+#          (the container image's build stage)
+#   all    (default) also the test set-up: the Python client's packages,
+#          clang's fuzzing runtime, kubectl, and kubernetes-validate from
+#          PyPI in $BUILD_DIR/tools-venv (scripts/check-deploy.sh)
 #
 # The CUDA toolkit is not a Debian package: when present (nvcc on PATH or in
 # /usr/local/cuda) the CUDA backend is built, otherwise it is left out.
 set -euo pipefail
+
+group="${1:-all}"
+case "$group" in
+  all | build) ;;
+  *)
+    echo "install-deps: unknown group '$group' (all or build)" >&2
+    exit 2
+    ;;
+esac
 
 packages=(
   build-essential   # g++, make
@@ -22,11 +40,17 @@ packages=(
   protobuf-compiler
   libgrpc++-dev
   protobuf-compiler-grpc
-  python3-grpcio          # the Python client example (examples/python)
-  python3-protobuf
-  clang                   # libFuzzer targets (tests/fuzz)
-  libclang-rt-14-dev      # libFuzzer and sanitizer runtimes for clang 14
+  prometheus-cpp-dev      # the coordinator's /metrics
 )
+if [ "$group" = all ]; then
+  packages+=(
+    python3-grpcio          # the Python client example (examples/python)
+    python3-protobuf
+    python3-venv            # the tools venv below
+    clang                   # libFuzzer targets (tests/fuzz)
+    libclang-rt-14-dev      # libFuzzer and sanitizer runtimes for clang 14
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,16 +58,55 @@ for p in "${packages[@]}"; do
     || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-
-echo "install-deps: installing ${missing[*]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
   sudo="sudo"
 fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+updated=0
+# apt-get install, after one apt-get update.
+apt_install() {
+  if [ -n "$sudo" ] && ! command -v sudo >/dev/null; then
+    echo "install-deps: need root or sudo to install $*" >&2
+    exit 1
+  fi
+  if [ "$updated" -eq 0 ]; then
+    $sudo apt-get update -q
+    updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q \
+    --no-install-recommends "$@"
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  apt_install "${missing[@]}"
+fi
+
+[ "$group" = all ] || exit 0
+
+# kubectl renders the Kubernetes overlays (kubectl kustomize). Debian's own
+# (kubernetes-client) is 1.20, whose kustomize is too old for them; a
+# current one comes from an apt source that has "kubectl", where there is
+# one. scripts/check-deploy.sh says which it found.
+if ! command -v kubectl >/dev/null; then
+  if apt-cache show kubectl >/dev/null 2>&1; then
+    echo "install-deps: installing kubectl"
+    apt_install kubectl
+  else
+    echo "install-deps: installing kubernetes-client (Debian's kubectl)"
+    apt_install kubernetes-client
+  fi
+fi
+
+# kubernetes-validate (PyPI), pinned, in a venv of Debian's python3.
+venv="${BUILD_DIR:-build}/tools-venv"
+validate_version="1.37.0"
+if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null |
+    grep -q "$validate_version"; then
+  echo "install-deps: kubernetes-validate $validate_version into $venv"
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check \
+    "kubernetes-validate==$validate_version"
+fi

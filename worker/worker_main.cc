@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
                                 ? CollectiveHost(listen)
                                 : absl::GetFlag(FLAGS_host);
   octet::WorkerService service(options);
+  // grpc.health.v1 (no token needed): SERVING while this process listens,
+  // for a supervisor's probes; whether a model is loaded is the
+  // coordinator's Health call.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);

@@ -3,21 +3,31 @@
 // and streaming generation (tokens equal to one rank's in-process greedy
 // run), concurrent clients, invalid requests (INVALID_ARGUMENT naming the
 // field), a client deadline, and a worker killed with SIGKILL mid-stream
-// (UNAVAILABLE within 5 s, then served again by a new worker group). Bad
-// flags end the program with exit code 2.
+// (UNAVAILABLE within 5 s, then served again by a new worker group).
+// Health and server reflection answer as grpcurl and Kubernetes probes ask.
+// Bad flags end the program with exit code 2.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "coordinator/proto/reflection_client.grpc.pb.h"
+#include "google/protobuf/descriptor.pb.h"
 #include "kernels/cpu/backend.h"
 #include "octet/v1/generation.grpc.pb.h"
 #include "tests/process_util.h"
@@ -57,11 +67,13 @@ class CoordinatorTest : public ::testing::Test {
         WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 8}, Model())
             .ok());
     port_ = testing::FreeTcpPort();
+    metrics_port_ = testing::FreeTcpPort();
     server_ = new testing::Child(
         {testing::SiblingProgram("coordinator"), "--model=" + Model(), "--tp=2",
          "--quantization=fp8", "--weight_scale=global", "--device=cpu",
          absl::StrCat("--port=", port_), "--kv_cache_tokens=2048",
-         "--block_size=8", "--threads=1"});
+         "--block_size=8", "--threads=1",
+         absl::StrCat("--metrics_port=", metrics_port_)});
     ASSERT_TRUE(server_->started());
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
         absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
@@ -102,14 +114,47 @@ class CoordinatorTest : public ::testing::Test {
     return r;
   }
 
+  // GET /metrics: every sample, "name{labels}" -> value.
+  static std::map<std::string, double> Scrape() {
+    std::map<std::string, double> samples;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(metrics_port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string reply;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const std::string get = "GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n";
+      if (write(fd, get.data(), get.size()) ==
+          static_cast<ssize_t>(get.size())) {
+        char buf[4096];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
+          reply.append(buf, n);
+        }
+      }
+    }
+    close(fd);
+    const size_t body = reply.find("\r\n\r\n");
+    EXPECT_NE(reply.find(" 200 "), std::string::npos) << reply.substr(0, 200);
+    if (body == std::string::npos) return samples;
+    std::istringstream lines(reply.substr(body + 4));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t space = line.rfind(' ');
+      samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+    }
+    return samples;
+  }
+
   static fs::path* dir_;
-  static int port_;
+  static int port_, metrics_port_;
   static testing::Child* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
 
 fs::path* CoordinatorTest::dir_ = nullptr;
 int CoordinatorTest::port_ = 0;
+int CoordinatorTest::metrics_port_ = 0;
 testing::Child* CoordinatorTest::server_ = nullptr;
 std::shared_ptr<grpc::Channel>* CoordinatorTest::channel_ = nullptr;
 
@@ -128,14 +173,21 @@ TEST_F(CoordinatorTest, ModelInfoDescribesTheServedModel) {
   EXPECT_EQ(info.dtype(), "float32");
 }
 
-TEST_F(CoordinatorTest, HealthSaysServing) {
-  // grpc.health.v1.Health/Check through a generic stub (the health proto is
-  // not built here): an empty HealthCheckRequest (service "": the server),
-  // answered by HealthCheckResponse{status: SERVING} = field 1, varint 1.
-  grpc::GenericStub stub(*channel_);
+// grpc.health.v1.Health/Check of `service` through a generic stub (the
+// health proto is not built here): the call's status and the
+// HealthCheckResponse's bytes (SERVING = field 1, varint 1: "\x08\x01").
+std::pair<grpc::StatusCode, std::string> CheckHealth(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
+  grpc::GenericStub stub(channel);
   grpc::ClientContext context;
-  grpc::Slice empty("");
-  grpc::ByteBuffer request(&empty, 1), response;
+  // HealthCheckRequest{service}: field 1, length-delimited (short names).
+  std::string bytes;
+  if (!service.empty()) {
+    bytes =
+        std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  }
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
   absl::Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
@@ -143,15 +195,151 @@ TEST_F(CoordinatorTest, HealthSaysServing) {
                    status = std::move(s);
                    done.Notify();
                  });
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+    context.TryCancel();
+    done.WaitForNotification();
   }
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  return {status.error_code(), out};
+}
+
+const std::string kServing("\x08\x01", 2);
+
+TEST_F(CoordinatorTest, HealthSaysServing) {
+  // The server, the API and liveness (what the Kubernetes probes ask).
+  for (const std::string service : {"", "octet.v1.Generation", "liveness"}) {
+    const auto [code, bytes] = CheckHealth(*channel_, service);
+    EXPECT_EQ(code, grpc::StatusCode::OK) << "'" << service << "'";
+    EXPECT_EQ(bytes, kServing) << "'" << service << "'";
+  }
+  EXPECT_EQ(CheckHealth(*channel_, "no.such.Service").first,
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(CoordinatorTest, MetricsCountWhatHappened) {
+  const std::map<std::string, double> before = Scrape();
+  auto delta = [&](const std::map<std::string, double>& after,
+                   const std::string& key) {
+    EXPECT_TRUE(after.contains(key)) << key;
+    const auto b = before.find(key);
+    return after.at(key) - (b == before.end() ? 0.0 : b->second);
+  };
+  constexpr int kNew = 6;
+  for (int i = 0; i < 2; ++i) {  // two that run to their length
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    ASSERT_TRUE(
+        Stub()->Generate(&context, Request(kPrompt, kNew), &response).ok());
+  }
+  // One stopped by a stop token: the third greedy one, which ends the
+  // request where it first comes (the stop token counts as generated).
+  const std::vector<int32_t> want = Expected(kPrompt, 3);
+  const int stopped_after = static_cast<int>(
+      std::find(want.begin(), want.end(), want[2]) - want.begin() + 1);
+  {
+    v1::GenerateRequest r = Request(kPrompt, kNew);
+    r.mutable_stopping()->add_stop_token_ids(want[2]);
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    ASSERT_TRUE(Stub()->Generate(&context, r, &response).ok());
+    ASSERT_EQ(response.finish_reason(), v1::FINISH_REASON_STOP);
+  }
+  {  // one invalid
+    grpc::ClientContext context;
+    v1::GenerateResponse response;
+    ASSERT_EQ(
+        Stub()->Generate(&context, Request(kPrompt, 0), &response).error_code(),
+        grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // The gauges are set when the engine goes back to wait: poll briefly.
+  std::map<std::string, double> after;
+  for (int i = 0; i < 50; ++i) {
+    after = Scrape();
+    if (after["octet_requests_running"] == 0 &&
+        after["octet_kv_blocks_used"] == 0) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(
+      delta(after, R"(octet_requests_total{code="OK",finish_reason="length"})"),
+      2);
+  EXPECT_EQ(
+      delta(after, R"(octet_requests_total{code="OK",finish_reason="stop"})"),
+      1);
+  EXPECT_EQ(
+      delta(
+          after,
+          R"(octet_requests_total{code="INVALID_ARGUMENT",finish_reason="none"})"),
+      1);
+  EXPECT_EQ(
+      delta(after, R"(octet_requests_total{code="OK",finish_reason="eos"})"),
+      0);
+  EXPECT_EQ(delta(after, "octet_prompt_tokens_total"), 3.0 * kPrompt.size());
+  EXPECT_EQ(delta(after, "octet_generation_tokens_total"),
+            2 * kNew + stopped_after);
+  EXPECT_EQ(delta(after, "octet_time_to_first_token_seconds_count"), 3);
+  // One gap fewer than tokens, per request.
+  EXPECT_EQ(delta(after, "octet_inter_token_latency_seconds_count"),
+            2 * (kNew - 1) + stopped_after - 1);
+  EXPECT_EQ(delta(after, "octet_e2e_request_latency_seconds_count"), 3);
+  EXPECT_GT(delta(after, "octet_time_to_first_token_seconds_sum"), 0);
+  EXPECT_EQ(after["octet_requests_waiting"], 0);
+  EXPECT_EQ(after["octet_requests_running"], 0);
+  EXPECT_EQ(after["octet_kv_blocks_used"], 0);
+  EXPECT_EQ(after["octet_kv_blocks_free"], 2048 / 8);
+  EXPECT_EQ(delta(after, "octet_worker_group_failures_total"), 0);
+}
+
+TEST_F(CoordinatorTest, ReflectionDescribesTheApiWithoutTheProto) {
+  // What grpcurl does: list the services, then fetch the file that defines
+  // octet.v1.Generation and read its methods from the descriptor.
+  namespace refl = grpc::reflection::v1alpha;
+  auto stub = refl::ServerReflection::NewStub(*channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  auto stream = stub->ServerReflectionInfo(&context);
+  refl::ServerReflectionRequest request;
+  refl::ServerReflectionResponse response;
+  request.set_list_services("");
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  std::set<std::string> services;
+  for (const auto& s : response.list_services_response().service()) {
+    services.insert(s.name());
+  }
+  EXPECT_TRUE(services.contains("octet.v1.Generation"));
+  EXPECT_TRUE(services.contains("grpc.health.v1.Health"));
+  EXPECT_FALSE(services.contains("octet.internal.v1.Worker"));  // internal
+  request.set_file_containing_symbol("octet.v1.Generation");
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_file_descriptor_response())
+      << response.error_response().error_message();
+  std::set<std::string> methods;
+  for (const std::string& bytes :
+       response.file_descriptor_response().file_descriptor_proto()) {
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(bytes));
+    if (file.package() != "octet.v1") continue;
+    for (const auto& service : file.service()) {
+      for (const auto& m : service.method()) {
+        methods.insert(service.name() + "/" + m.name());
+      }
+    }
+  }
+  EXPECT_EQ(methods, (std::set<std::string>{"Generation/Generate",
+                                            "Generation/GenerateStream",
+                                            "Generation/GetModelInfo"}));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(CoordinatorTest, UnaryAndStreamingGiveOneRanksTokens) {
@@ -257,6 +445,7 @@ TEST_F(CoordinatorTest, AClientDeadlineEndsTheRequest) {
 }
 
 TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
+  const std::map<std::string, double> before = Scrape();
   grpc::ClientContext context;
   auto reader = Stub()->GenerateStream(&context, Request(kPrompt, 1000));
   v1::GenerateStreamResponse m;
@@ -271,6 +460,8 @@ TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_LT(seconds, 5.0);
+  // Alive all along (a liveness probe must not restart the pod for this).
+  EXPECT_EQ(CheckHealth(*channel_, "liveness").second, kServing);
   // A new worker group serves the next request.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   grpc::Status again;
@@ -283,6 +474,13 @@ TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
   EXPECT_TRUE(again.ok()) << again.error_message();
   EXPECT_EQ(std::vector<int32_t>(r.token_ids().begin(), r.token_ids().end()),
             Expected(kPrompt, 4));
+  std::map<std::string, double> after = Scrape();
+  EXPECT_EQ(after["octet_worker_group_failures_total"] -
+                before.at("octet_worker_group_failures_total"),
+            1);
+  const std::string unavailable =
+      R"(octet_requests_total{code="UNAVAILABLE",finish_reason="none"})";
+  EXPECT_EQ(after[unavailable] - before.at(unavailable), 1);
   std::printf(
       "[ measured ] worker killed mid-stream: UNAVAILABLE after %.2f s "
       "(%s); served again afterwards\n",
@@ -296,7 +494,11 @@ TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {
            {"--model=/tmp", "--tp=0"},
            {"--model=/tmp", "--quantization=int4"},
            {"--model=/tmp", "--device=tpu"},
-           {"--model=/tmp", "--tp=2", "--workers=a:1"}}) {
+           {"--model=/tmp", "--tp=2", "--workers=a:1"},
+           {"--model=/tmp", "--tp=2", "--workers=a:1,b"},
+           {"--model=/tmp", "--transport=rdma"},
+           {"--model=/tmp", "--metrics_port=70000"},
+           {"--model=/tmp", "--rendezvous_port=-1"}}) {
     std::vector<std::string> command = {testing::SiblingProgram("coordinator")};
     command.insert(command.end(), args.begin(), args.end());
     EXPECT_EQ(testing::RunTogether({command}, absl::Seconds(20)),

@@ -1,0 +1,66 @@
+// The coordinator's Prometheus metrics (prometheus-cpp), served at
+// /metrics on --metrics_port:
+//
+//   octet_requests_total{code, finish_reason}   requests ended, by gRPC status
+//                                               code and (for OK) why
+//   octet_requests_waiting, octet_requests_running
+//   octet_kv_blocks_used, octet_kv_blocks_free
+//   octet_prompt_tokens_total, octet_generation_tokens_total
+//   octet_preemptions_total, octet_worker_group_failures_total
+//   octet_time_to_first_token_seconds, octet_inter_token_latency_seconds,
+//   octet_e2e_request_latency_seconds           histograms
+//
+// The engine records what reaches it, the API what it refuses before.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace octet {
+
+class Metrics {
+ public:
+  Metrics();
+
+  // What the /metrics endpoint serves.
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // A request ended with `code`; `finish_reason` is length, eos or stop for
+  // OK and "none" otherwise. Requests refused before they ran count here too.
+  void RequestEnded(absl::StatusCode code, const std::string &finish_reason);
+  // Seconds from arrival to the first token, between two tokens of one
+  // request, and from arrival to the end of a request that ran.
+  void TimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
+  void InterTokenLatency(double seconds) { itl_.Observe(seconds); }
+  void RequestLatency(double seconds) { e2e_.Observe(seconds); }
+  void PromptTokens(int64_t n) { prompt_tokens_.Increment(n); }
+  void GenerationTokens(int64_t n) { generation_tokens_.Increment(n); }
+  void Preemptions(int64_t n) { preemptions_.Increment(n); }
+  void WorkerGroupFailed() { group_failures_.Increment(); }
+  // The scheduler's state after a step.
+  void SetLoad(int64_t waiting, int64_t running, int64_t blocks_used,
+               int64_t blocks_free);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter> &requests_;
+  prometheus::Gauge &waiting_, &running_, &blocks_used_, &blocks_free_;
+  prometheus::Counter &prompt_tokens_, &generation_tokens_, &preemptions_,
+      &group_failures_;
+  prometheus::Histogram &ttft_, &itl_, &e2e_;
+};
+
+// gRPC's name of a status code (OK, INVALID_ARGUMENT, ...), as the
+// `code` label writes it.
+std::string StatusCodeName(absl::StatusCode code);
+
+}  // namespace octet
