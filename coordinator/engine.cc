@@ -339,13 +339,17 @@ void Engine::Loop() {
     // ends, the queue waits.
     if (group_ == nullptr || !group_->failed().ok()) {
       if (group_ != nullptr) {
+        // Not serving before the running requests hear why: a client that
+        // sees UNAVAILABLE finds health NOT_SERVING.
         const absl::Status why = group_->failed();
+        {
+          absl::MutexLock lock(&mu_);
+          serving_ = false;
+          last_failure_ = why;
+        }
         if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
         EndRunning(why);
         group_.reset();
-        absl::MutexLock lock(&mu_);
-        serving_ = false;
-        last_failure_ = why;
       }
       absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
       absl::MutexLock lock(&mu_);

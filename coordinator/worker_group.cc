@@ -176,6 +176,7 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
       request.set_world_size(size());
       request.set_rendezvous_address(rendezvous_->address());
       request.set_group(group);
+      request.set_cuda_device(options_.remote.empty() ? r : 0);
       auto reader = stubs_[r]->Load(contexts[r].get(), request);
       rpc::LoadProgress p;
       while (reader->Read(&p)) {

@@ -11,15 +11,22 @@
 
 namespace octet {
 
-absl::StatusOr<std::unique_ptr<Backend>> NewBackend(
-    absl::string_view device, const CpuKernelOptions& cpu) {
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(absl::string_view device,
+                                                    const CpuKernelOptions& cpu,
+                                                    int cuda_device) {
   if (device == "cpu") return NewCpuBackend(cpu);
   if (device != "auto" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", device, "' is not auto, cpu or cuda"));
   }
+  if (cuda_device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", cuda_device, " is negative"));
+  }
 #if defined(OCTET_HAVE_CUDA)
-  if (device == "cuda" || CudaDeviceSupported(0)) return NewCudaBackend(0);
+  if (device == "cuda" || CudaDeviceSupported(cuda_device)) {
+    return NewCudaBackend(cuda_device);
+  }
   return NewCpuBackend(cpu);
 #else
   if (device == "cuda") {

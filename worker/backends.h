@@ -1,5 +1,6 @@
-// Picks the backend a worker runs on: "cpu", "cuda" (GPU 0), or "auto"
-// (CUDA when this build has it and a supported GPU is present, else CPU).
+// Picks the backend a worker runs on: "cpu", "cuda" (GPU `cuda_device`), or
+// "auto" (CUDA when this build has it and that GPU is a supported one, else
+// CPU).
 #pragma once
 
 #include <memory>
@@ -11,9 +12,10 @@
 
 namespace octet {
 
-// InvalidArgument for an unknown name; Unavailable when "cuda" is asked for
-// and there is no CUDA build or no usable GPU.
-absl::StatusOr<std::unique_ptr<Backend>> NewBackend(
-    absl::string_view device, const CpuKernelOptions& cpu);
+// InvalidArgument for an unknown name or a negative GPU index; Unavailable
+// when "cuda" is asked for and there is no CUDA build or no usable GPU.
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(absl::string_view device,
+                                                    const CpuKernelOptions& cpu,
+                                                    int cuda_device = 0);
 
 }  // namespace octet

@@ -41,6 +41,7 @@ grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
                                 " must be at least 1"));
   }
   if (r.threads() < 0) return Invalid("load: threads must be >= 0");
+  if (r.cuda_device() < 0) return Invalid("load: cuda_device must be >= 0");
   if (r.collective_timeout_ms() < 0) {
     return Invalid("load: collective_timeout_ms must be >= 0");
   }
@@ -131,8 +132,8 @@ grpc::Status WorkerService::Load(
     result->checkpoint = *std::move(ckpt);
     const int64_t layers = result->checkpoint->config().num_layers;
     const CpuKernelOptions cpu{.num_threads = r.threads()};
-    absl::StatusOr<std::unique_ptr<Backend>> backend =
-        NewBackend(r.device().empty() ? "auto" : r.device(), cpu);
+    absl::StatusOr<std::unique_ptr<Backend>> backend = NewBackend(
+        r.device().empty() ? "auto" : r.device(), cpu, r.cuda_device());
     if (!backend.ok()) return backend.status();
     result->backend = *std::move(backend);
     if (r.world_size() == 1) {

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -92,6 +93,12 @@ class EngineTest : public ::testing::Test {
                    .max_running = max_running,
                    .max_waiting = max_waiting};
     o.start_group = [this]() -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+      {
+        absl::MutexLock lock(&mu_);
+        // A replacement waits while the test holds it (to see the gap).
+        mu_.Await(absl::Condition(
+            +[](bool* hold) { return !*hold; }, &hold_replacement_));
+      }
       WorkerGroupOptions g;
       g.tp = 2;
       g.worker_program = testing::SiblingProgram("worker");
@@ -136,6 +143,7 @@ class EngineTest : public ::testing::Test {
   absl::Mutex mu_;
   std::vector<pid_t> pids_;
   int groups_ = 0;
+  bool hold_replacement_ = false;  // the next group waits while true
   static fs::path* dir_;
   static Tokenizer* tokenizer_;
 };
@@ -242,11 +250,25 @@ TEST_F(EngineTest, AKilledWorkerEndsRunningRequestsAndTheQueueSurvives) {
     victim = pids_.at(1);
   }
   const absl::Time start = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    hold_replacement_ = true;
+  }
+  auto release = absl::MakeCleanup([this] {
+    absl::MutexLock lock(&mu_);
+    hold_replacement_ = false;
+  });
   kill(victim, SIGKILL);
   ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   EXPECT_EQ(a.outcome.status.code(), absl::StatusCode::kUnavailable)
       << a.outcome.status;
+  // Between the groups: not serving (health says NOT_SERVING), and why.
+  EXPECT_FALSE(engine->serving());
+  EXPECT_NE(engine->last_failure().message().find("rank 1"),
+            std::string::npos)
+      << engine->last_failure();
+  std::move(release).Invoke();
   // The queued request runs on the replacement group, to the right tokens.
   ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
   EXPECT_TRUE(b.outcome.status.ok()) << b.outcome.status;

@@ -4,6 +4,8 @@
 // coordinator's scheduler plans. Their tokens must equal what one rank
 // generates in this process (row-parallel sums are TP-invariant), greedy
 // and seeded sampling alike; and the protocol's errors.
+#include "worker/worker_service.h"
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,7 +22,6 @@
 #include "tests/process_util.h"
 #include "worker/generator.h"
 #include "worker/synthetic.h"
-#include "worker/worker_service.h"
 
 namespace octet {
 namespace {
@@ -261,6 +262,11 @@ TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
   bad.set_quantization("int4");
   st = LoadAll(w, bad, nullptr)[0];
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = Base();
+  bad.set_cuda_device(-1);
+  st = LoadAll(w, bad, nullptr)[0];
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("cuda_device"), std::string::npos);
 
   ASSERT_TRUE(LoadAll(w, Base(), nullptr)[0].ok());
   EXPECT_EQ(LoadAll(w, Base(), nullptr)[0].error_code(),
