@@ -8,12 +8,13 @@
 #   make build  every program into build/bin/
 #
 # CMAKE_FLAGS passes options through, e.g. make build CMAKE_FLAGS=-DOCTET_CUDA=OFF
-# DEPS=build installs only what building needs (the container image does).
+# DEPS: what `make deps` installs (scripts/install-deps.sh): build for the
+# programs, all (what `make test` uses) adds the test tools.
 
 BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
-DEPS ?= all
+DEPS ?= build
 
 .PHONY: all deps configure build test run clean
 
@@ -29,6 +30,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Every test: unit, slow and gpu (gpu tests report "Skipped" without a GPU).
+test: DEPS = all
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 

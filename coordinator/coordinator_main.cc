@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics.h"
@@ -55,6 +56,10 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(int32_t, rendezvous_port, 0,
           "with --workers: the port the workers reach this coordinator's "
           "rendezvous store on (0: any free one; the workers are told)");
+ABSL_FLAG(std::string, rendezvous_host, "",
+          "with --workers: the host the workers dial for the rendezvous "
+          "store (default: the address they were called from; set it, e.g. "
+          "to the pod IP, behind a proxy or NAT)");
 ABSL_FLAG(std::string, transport, "auto",
           "CPU collectives between ranks: shm (one host), gloo (TCP) or "
           "auto (shm for spawned workers, gloo with --workers)");
@@ -74,6 +79,43 @@ namespace octet {
 namespace {
 
 volatile std::sig_atomic_t stop_signal = 0;
+
+// grpc.health.v1 as the engine reports it: "" (the server) and
+// octet.v1.Generation are SERVING while a loaded worker group serves
+// (readiness); "liveness" is SERVING while this process answers at all,
+// also while a failed group is replaced (a Kubernetes liveness probe must
+// not restart it for that). Thread-safe.
+class Health {
+ public:
+  void Set(bool serving) {
+    absl::MutexLock lock(&mu_);
+    serving_ = serving;
+    Apply();
+  }
+  // The server's health service, once it runs.
+  void Attach(grpc::HealthCheckServiceInterface* service) {
+    absl::MutexLock lock(&mu_);
+    service_ = service;
+    service_->SetServingStatus("liveness", true);
+    Apply();
+  }
+  // Shutting down: everything NOT_SERVING, and no more updates.
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    if (service_ != nullptr) service_->SetServingStatus(false);
+    service_ = nullptr;
+  }
+
+ private:
+  void Apply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (service_ == nullptr) return;
+    service_->SetServingStatus("", serving_);
+    service_->SetServingStatus("octet.v1.Generation", serving_);
+  }
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+};
 void OnSignal(int sig) { stop_signal = sig; }
 
 int Usage(const std::string& message) {
@@ -113,6 +155,12 @@ int Main() {
   if (metrics_port < 0 || metrics_port > 65535) {
     return Usage(
         absl::StrCat("--metrics_port ", metrics_port, " is not a port"));
+  }
+  if (const std::string h = absl::GetFlag(FLAGS_rendezvous_host);
+      h.find_first_of(" \t/") != std::string::npos ||
+      (h.find(':') != std::string::npos && h.front() != '[')) {
+    return Usage("--rendezvous_host '" + h +
+                 "' is not a host name or address ([...] for IPv6)");
   }
   const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   if (rendezvous_port < 0 || rendezvous_port > 65535) {
@@ -201,6 +249,7 @@ int Main() {
   // Remote workers dial the address they were called from (wildcard host).
   g.rendezvous_listen = absl::StrCat(remote.empty() ? "127.0.0.1" : "0.0.0.0",
                                      ":", rendezvous_port);
+  g.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
   g.load.set_model_dir(std::filesystem::absolute(model).string());
   g.load.set_quantization(quantization);
   g.load.set_global_weight_scale(weight_scale == "global");
@@ -224,6 +273,16 @@ int Main() {
                  .max_running = absl::GetFlag(FLAGS_max_running),
                  .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;
+  // Health follows the engine as it changes (NOT_SERVING before a failed
+  // group's requests end); the health service exists once the server is
+  // built, which may be after the first group loaded.
+  auto health = std::make_shared<Health>();
+  e.on_serving = [health](bool serving, const absl::Status& why) {
+    health->Set(serving);
+    std::fprintf(stderr, "coordinator: health %s%s%s\n",
+                 serving ? "SERVING" : "NOT_SERVING", why.ok() ? "" : ": ",
+                 std::string(why.message()).c_str());
+  };
   e.start_group = [g, terminal]() {
     std::fprintf(stderr, "coordinator: starting %d worker(s)\n", g.tp);
     auto group = WorkerGroup::Start(
@@ -287,35 +346,13 @@ int Main() {
                bound);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  // Health: "" (the server) and octet.v1.Generation are SERVING while a
-  // loaded worker group serves (readiness); "liveness" is SERVING while
-  // this process answers at all, also while a failed group is replaced
-  // (a Kubernetes liveness probe must not restart it for that).
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  auto set_ready = [health](bool ready) {
-    health->SetServingStatus("", ready);
-    health->SetServingStatus("octet.v1.Generation", ready);
-  };
-  health->SetServingStatus("liveness", true);
-  bool serving = false;
-  set_ready(false);
+  health->Attach(server->GetHealthCheckService());
   while (stop_signal == 0) {
-    if ((*engine)->serving() != serving) {
-      serving = !serving;
-      set_ready(serving);
-      std::string line = serving ? "SERVING" : "NOT_SERVING";
-      // Not serving after a failure: say which (the group is restarting).
-      if (const absl::Status why = (*engine)->last_failure();
-          !serving && !why.ok()) {
-        absl::StrAppend(&line, ": ", why.message());
-      }
-      std::fprintf(stderr, "coordinator: health %s\n", line.c_str());
-    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
                static_cast<int>(stop_signal));
-  health->SetServingStatus(false);  // every service, liveness too
+  health->Detach();  // every service NOT_SERVING, liveness too
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   engine->reset();
   return 0;

@@ -122,6 +122,11 @@ absl::StatusOr<uint64_t> Engine::Queue(ValidRequest request,
   a->id = next_id_++;
   const uint64_t id = a->id;
   submitted_.push_back(std::move(a));
+  // (Seen at once, also while the engine is busy replacing a group.)
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetWaiting(queued_ +
+                                 static_cast<int64_t>(submitted_.size()));
+  }
   wake_.Signal();
   return id;
 }
@@ -285,18 +290,26 @@ void Engine::RunStep(const StepPlan& plan) {
   group_->Free(done).IgnoreError();  // a failed group shows at the next step
 }
 
+void Engine::PublishLoad() {
+  absl::MutexLock lock(&mu_);
+  PublishLoadLocked();
+}
+
+void Engine::PublishLoadLocked() {
+  if (options_.metrics == nullptr) return;
+  options_.metrics->SetLoad(
+      scheduler_->waiting() + static_cast<int64_t>(submitted_.size()),
+      scheduler_->running(), scheduler_->used_blocks(),
+      scheduler_->free_blocks());
+}
+
 void Engine::Loop() {
   for (;;) {
     std::deque<std::unique_ptr<Active>> fresh;
     std::vector<uint64_t> cancels;
     {
       absl::MutexLock lock(&mu_);
-      if (options_.metrics != nullptr) {
-        options_.metrics->SetLoad(
-            scheduler_->waiting() + static_cast<int64_t>(submitted_.size()),
-            scheduler_->running(), scheduler_->used_blocks(),
-            scheduler_->free_blocks());
-      }
+      PublishLoadLocked();
       // Sleep while there is nothing to do: no requests, and a group that
       // serves (a missing or failed one is replaced first).
       const bool group_ok = group_ != nullptr && group_->failed().ok();
@@ -347,22 +360,29 @@ void Engine::Loop() {
           serving_ = false;
           last_failure_ = why;
         }
+        if (options_.on_serving) options_.on_serving(false, why);
         if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
         EndRunning(why);
+        PublishLoad();
         group_.reset();
       }
       absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
-      absl::MutexLock lock(&mu_);
-      queued_ = scheduler_->waiting();
-      if (!g.ok()) {
-        if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
-        last_failure_ = g.status();
-        wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
-        continue;
+      {
+        absl::MutexLock lock(&mu_);
+        queued_ = scheduler_->waiting();
+        if (!g.ok()) {
+          if (options_.metrics != nullptr) {
+            options_.metrics->WorkerGroupFailed();
+          }
+          last_failure_ = g.status();
+          wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
+          continue;
+        }
+        group_ = *std::move(g);
+        serving_ = true;
+        activation_dtype_ = group_->activation_dtype();
       }
-      group_ = *std::move(g);
-      serving_ = true;
-      activation_dtype_ = group_->activation_dtype();
+      if (options_.on_serving) options_.on_serving(true, absl::OkStatus());
     }
     if (active_.empty()) continue;
     const StepPlan plan = scheduler_->Schedule();

@@ -65,6 +65,10 @@ struct EngineOptions {
   // Where to count requests, tokens and latencies (none: null); must
   // outlive the engine.
   Metrics* metrics = nullptr;
+  // Told, on the engine's thread, when serving() changes: true once a group
+  // is loaded; false with the reason when it failed, before its running
+  // requests end (so that health says NOT_SERVING first).
+  std::function<void(bool serving, const absl::Status& why)> on_serving;
 };
 
 enum class Finish { kLength, kEos, kStop };
@@ -120,6 +124,9 @@ class Engine {
   absl::StatusOr<uint64_t> Queue(ValidRequest request,
                                  RequestCallbacks callbacks);
   void Loop();
+  // The scheduler's state into the metrics (engine thread).
+  void PublishLoad();
+  void PublishLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one step of the plan (a failed group shows in group_->failed()).
   void RunStep(const StepPlan& plan);
   // Hands `token` to its request; true when the request is done.

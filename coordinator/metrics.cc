@@ -56,7 +56,8 @@ Metrics::Metrics()
       blocks_free_(
           NewGauge(*registry_, "octet_kv_blocks_free", "KV-cache blocks free")),
       prompt_tokens_(NewCounter(*registry_, "octet_prompt_tokens_total",
-                                "Prompt tokens prefilled (once per request)")),
+                                "Prompt tokens of requests that got their "
+                                "first token (once per request)")),
       generation_tokens_(NewCounter(*registry_, "octet_generation_tokens_total",
                                     "Tokens generated")),
       preemptions_(NewCounter(*registry_, "octet_preemptions_total",
@@ -72,7 +73,8 @@ Metrics::Metrics()
       itl_(NewHistogram(*registry_, "octet_inter_token_latency_seconds",
                         "Between two tokens of one request", kLatencyBuckets)),
       e2e_(NewHistogram(*registry_, "octet_e2e_request_latency_seconds",
-                        "From a request's arrival to its end",
+                        "From a request's arrival to its end, for every "
+                        "request the engine took",
                         kRequestBuckets)) {
   // The common outcomes exist from the start (at 0), so that rates work
   // before the first one happens.

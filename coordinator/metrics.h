@@ -38,7 +38,8 @@ class Metrics {
   // OK and "none" otherwise. Requests refused before they ran count here too.
   void RequestEnded(absl::StatusCode code, const std::string &finish_reason);
   // Seconds from arrival to the first token, between two tokens of one
-  // request, and from arrival to the end of a request that ran.
+  // request, and from arrival to the end of every request the engine took
+  // (finished, cancelled or failed).
   void TimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
   void InterTokenLatency(double seconds) { itl_.Observe(seconds); }
   void RequestLatency(double seconds) { e2e_.Observe(seconds); }
@@ -49,6 +50,10 @@ class Metrics {
   // The scheduler's state after a step.
   void SetLoad(int64_t waiting, int64_t running, int64_t blocks_used,
                int64_t blocks_free);
+  // Requests waiting, when one more arrives.
+  void SetWaiting(int64_t waiting) {
+    waiting_.Set(static_cast<double>(waiting));
+  }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

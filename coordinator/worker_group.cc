@@ -55,7 +55,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
       RendezvousServer::Start(options.remote.empty()
                                   ? std::string("127.0.0.1:0")
                                   : options.rendezvous_listen,
-                              &g->store_, options.token);
+                              &g->store_,
+                              // Spawned workers have no token.
+                              options.remote.empty() ? "" : options.token);
   if (!server.ok()) return server.status();
   g->rendezvous_ = *std::move(server);
   absl::Status s =
@@ -152,6 +154,15 @@ absl::Status WorkerGroup::Connect(const std::vector<std::string>& targets) {
   return absl::OkStatus();
 }
 
+std::string WorkerGroup::RendezvousAddress() const {
+  const std::string& bound = rendezvous_->address();
+  if (options_.rendezvous_host.empty() || options_.remote.empty()) {
+    return bound;
+  }
+  return absl::StrCat(options_.rendezvous_host,
+                      bound.substr(bound.rfind(':')));  // ":PORT"
+}
+
 std::unique_ptr<grpc::ClientContext> WorkerGroup::Context(
     absl::Duration timeout) const {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -174,7 +185,7 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
       rpc::LoadRequest request = options_.load;
       request.set_rank(r);
       request.set_world_size(size());
-      request.set_rendezvous_address(rendezvous_->address());
+      request.set_rendezvous_address(RendezvousAddress());
       request.set_group(group);
       request.set_cuda_device(options_.remote.empty() ? r : 0);
       auto reader = stubs_[r]->Load(contexts[r].get(), request);

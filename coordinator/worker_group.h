@@ -45,6 +45,9 @@ struct WorkerGroupOptions {
   // host (0.0.0.0) is sent as such; each worker dials the address its Load
   // call came from. Spawned workers use loopback.
   std::string rendezvous_listen = "127.0.0.1:0";
+  // With remote workers: the host they dial for the store instead (when
+  // set), e.g. this pod's address where a proxy or NAT hides the caller's.
+  std::string rendezvous_host;
   // What every rank loads; rank, world size and rendezvous are set here.
   internal::v1::LoadRequest load;
   // Bounds: a worker to come up, the load, a step, a health check.
@@ -89,6 +92,8 @@ class WorkerGroup {
   // Marks the group failed (the first reason stays) and cancels the calls
   // in flight.
   void Fail(const absl::Status& why);
+  // The store's address as the workers are told it.
+  std::string RendezvousAddress() const;
   // A context for a call to a worker, with the token and a deadline.
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
 

@@ -63,8 +63,8 @@ if [ "$(id -u)" -ne 0 ]; then
   sudo="sudo"
 fi
 updated=0
-# apt-get install, after one apt-get update.
-apt_install() {
+# One apt-get update, before the first lookup or install.
+apt_update() {
   if [ -n "$sudo" ] && ! command -v sudo >/dev/null; then
     echo "install-deps: need root or sudo to install $*" >&2
     exit 1
@@ -73,6 +73,9 @@ apt_install() {
     $sudo apt-get update -q
     updated=1
   fi
+}
+apt_install() {
+  apt_update "$@"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q \
     --no-install-recommends "$@"
 }
@@ -89,6 +92,7 @@ fi
 # current one comes from an apt source that has "kubectl", where there is
 # one. scripts/check-deploy.sh says which it found.
 if ! command -v kubectl >/dev/null; then
+  apt_update kubectl
   if apt-cache show kubectl >/dev/null 2>&1; then
     echo "install-deps: installing kubectl"
     apt_install kubectl

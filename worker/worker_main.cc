@@ -14,7 +14,8 @@
 // --token_file: the group's shared token, which every call must carry. On a
 // Unix socket (a local coordinator started it) it ends with its parent.
 // Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
-// step (exit code 1: a worker joins one group in its life).
+// step or a new group asks it to load (exit code 1: a worker joins one
+// group in its life; its supervisor starts a fresh one).
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
 #include <sys/prctl.h>
@@ -93,8 +94,8 @@ int main(int argc, char** argv) {
     return Fail("a TCP address (--listen " + listen +
                 ") needs --token_file: the group's shared token");
   }
-  // A broken group ends this process (exit code 1) once the failed step's
-  // answer is on its way.
+  // A broken or replaced group ends this process (exit code 1) once the
+  // answer saying so is on its way.
   options.on_group_failed = [] { stop_signal = -1; };
   options.collective_host = absl::GetFlag(FLAGS_host).empty()
                                 ? CollectiveHost(listen)
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (stop_signal == -1) {
-    std::fprintf(stderr, "worker: the group failed; exiting\n");
+    std::fprintf(stderr, "worker: its group failed or was replaced; exiting\n");
   } else {
     std::fprintf(stderr, "worker: signal %d, shutting down\n",
                  static_cast<int>(stop_signal));

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
@@ -82,11 +83,16 @@ absl::StatusOr<std::string> RendezvousTarget(const std::string& address,
   if (host != "" && host != "0.0.0.0" && host != "[::]" && host != "::") {
     return address;
   }
-  // The caller's host: "ipv4:1.2.3.4:567" or "ipv6:[::1]:567".
-  const size_t peer_colon = peer.rfind(':');
-  if ((absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) &&
+  // The caller's host: "ipv4:1.2.3.4:567" or "ipv6:[::1]:567", which newer
+  // gRPC writes URI-escaped ("ipv6:%5B::1%5D:567").
+  const std::string caller = absl::StrReplaceAll(
+      peer, {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}});
+  const size_t peer_colon = caller.rfind(':');
+  if ((absl::StartsWith(caller, "ipv4:") ||
+       absl::StartsWith(caller, "ipv6:")) &&
       peer_colon > 5) {
-    return absl::StrCat(peer.substr(5, peer_colon - 5), address.substr(colon));
+    return absl::StrCat(caller.substr(5, peer_colon - 5),
+                        address.substr(colon));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("load: rendezvous_address '", address,
@@ -108,11 +114,24 @@ grpc::Status WorkerService::Load(
   {
     absl::MutexLock lock(&mu_);
     if (loaded_ != nullptr || loading_) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "load: this worker has loaded (or is loading) a "
-                          "model; start a new one");
+      if (request->group() == group_) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "load: this worker has loaded (or is loading) "
+                            "this group's model already");
+      }
+      // A new group (a restarted coordinator, or a replacement after
+      // another rank failed): this process cannot leave its old group's
+      // collectives cleanly, so it ends and its supervisor starts a fresh
+      // one, which the coordinator's next attempt loads.
+      if (options_.on_group_failed) options_.on_group_failed();
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("load: this worker belongs to group '", group_,
+                       "'; it exits so that a fresh one can join '",
+                       request->group(), "'"));
     }
     loading_ = true;
+    group_ = request->group();
   }
   // Loading takes long and runs outside the lock, so that Health answers.
   auto result = std::make_unique<Loaded>();

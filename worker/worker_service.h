@@ -35,8 +35,9 @@ struct WorkerServiceOptions {
   // this machine the other ranks can reach (127.0.0.1 when all ranks run
   // here).
   std::string collective_host = "127.0.0.1";
-  // Called once when a step fails inside the group's collectives: the group
-  // is broken and this process cannot rejoin another, so the worker program
+  // Called when a step fails inside the group's collectives, or when a Load
+  // for another group comes to a worker that has one: the group is broken
+  // or replaced and this process cannot join another, so the worker program
   // exits (and its supervisor, e.g. Kubernetes, starts a fresh one).
   std::function<void()> on_group_failed;
 };
@@ -99,6 +100,7 @@ class WorkerService final : public internal::v1::Worker::Service {
   absl::Mutex mu_;
   std::unique_ptr<Loaded> loaded_ ABSL_GUARDED_BY(mu_);
   bool loading_ ABSL_GUARDED_BY(mu_) = false;
+  std::string group_ ABSL_GUARDED_BY(mu_);  // the group it loads for
   absl::flat_hash_map<uint64_t, SeqState> seqs_ ABSL_GUARDED_BY(mu_);
 };
 

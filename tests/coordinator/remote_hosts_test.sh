@@ -5,8 +5,11 @@
 # on 0.0.0.0 with the shared token; the coordinator reaches them with
 # --workers, and they reach its rendezvous store (sent as a wildcard
 # address: each must dial the coordinator's address, not its own) and each
-# other over Gloo (--host). Passes when a generate request through the
-# coordinator returns its tokens.
+# other over Gloo (--host). Then the coordinator is killed (-9) and a new
+# one started: the loaded workers exit at its first Load, a supervisor loop
+# (Kubernetes' part) restarts them, and the new coordinator's next attempt
+# loads them. Passes when a generate request returns its tokens through
+# each coordinator.
 #
 #   remote_hosts_test.sh BIN_DIR
 #
@@ -23,20 +26,25 @@ work="$(mktemp -d)"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for i in 1 2 3; do  # whatever still runs on the "hosts"
+    ip netns pids "$tag$i" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   for i in 1 2 3; do ip netns del "$tag$i" 2>/dev/null || true; done
   ip link del "${tag}br" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # (ctest's timeout) so that cleanup still runs
 
-if ! ip link add "${tag}br" type bridge 2>/dev/null; then
+if ! ip netns add "${tag}1" 2>/dev/null ||
+   ! ip link add "${tag}br" type bridge 2>/dev/null; then
   echo "remote_hosts_test: cannot make network namespaces here: skipped"
   exit 77
 fi
 ip link set "${tag}br" up
 for i in 1 2 3; do
-  ip netns add "$tag$i"
+  [ "$i" -eq 1 ] || ip netns add "$tag$i"
   ip link add "${tag}v$i" type veth peer name eth0 netns "$tag$i"
   ip link set "${tag}v$i" master "${tag}br" up
   # (The bridge has no address: these never meet another run's.)
@@ -52,36 +60,62 @@ w1="$(addr 3)"
 "$bin/octet" make-model --preset tiny --out "$work/model" >/dev/null
 echo "remote-hosts-token" >"$work/token"
 chmod 600 "$work/token"
-ip netns exec "${tag}2" "$bin/worker" --listen 0.0.0.0:50061 \
-  --token_file "$work/token" --host "$w0" >"$work/w0.log" 2>&1 &
+# Each worker under a supervisor that restarts it when it exits.
+supervise() {  # NAMESPACE HOST LOG
+  while :; do
+    ip netns exec "$1" "$bin/worker" --listen 0.0.0.0:50061 \
+      --token_file "$work/token" --host "$2" >>"$3" 2>&1 || true
+    sleep 0.2
+  done
+}
+supervise "${tag}2" "$w0" "$work/w0.log" &
 pids+=($!)
-ip netns exec "${tag}3" "$bin/worker" --listen 0.0.0.0:50061 \
-  --token_file "$work/token" --host "$w1" >"$work/w1.log" 2>&1 &
-pids+=($!)
-ip netns exec "${tag}1" "$bin/coordinator" --model "$work/model" --tp 2 \
-  --quantization fp8 --device cpu --workers "$w0:50061,$w1:50061" \
-  --token_file "$work/token" --rendezvous_port 50060 --port 50051 \
-  >"$work/coordinator.log" 2>&1 &
+supervise "${tag}3" "$w1" "$work/w1.log" &
 pids+=($!)
 
-deadline=$((SECONDS + 60))
-while [ "$SECONDS" -lt "$deadline" ]; do
-  if ip netns exec "${tag}1" timeout 20 "$bin/octet" generate \
-       --server 127.0.0.1:50051 --prompt_ids 1,17,33 --max_tokens 8 \
-       >"$work/out.txt" 2>&1; then
-    cat "$work/out.txt"
-    grep -q "8 generated tokens" "$work/out.txt" || {
+start_coordinator() {  # LOG
+  ip netns exec "${tag}1" "$bin/coordinator" --model "$work/model" --tp 2 \
+    --quantization fp8 --device cpu --workers "$w0:50061,$w1:50061" \
+    --token_file "$work/token" --rendezvous_port 50060 --port 50051 \
+    >"$1" 2>&1 &
+  coordinator=$!
+  pids+=($coordinator)
+}
+
+# Until a request through the coordinator gets its 8 tokens (60 s).
+served() {  # LOG
+  local deadline=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if ip netns exec "${tag}1" timeout 20 "$bin/octet" generate \
+         --server 127.0.0.1:50051 --prompt_ids 1,17,33 --max_tokens 8 \
+         >"$work/out.txt" 2>&1; then
+      cat "$work/out.txt"
+      grep -q "8 generated tokens" "$work/out.txt" && return 0
       echo "remote_hosts_test: unexpected answer" >&2
-      exit 1
-    }
-    echo "remote_hosts_test: coordinator $coordinator_ip, workers $w0 and $w1: served"
-    exit 0
-  fi
-  sleep 0.2
-done
-echo "remote_hosts_test: no answer within 60 s" >&2
-for f in coordinator w0 w1; do
-  echo "--- $f.log" >&2
-  tail -20 "$work/$f.log" >&2
-done
-exit 1
+      return 1
+    fi
+    sleep 0.2
+  done
+  echo "remote_hosts_test: no answer within 60 s" >&2
+  for f in "$1" "$work/w0.log" "$work/w1.log"; do
+    echo "--- $f" >&2
+    tail -20 "$f" >&2
+  done
+  return 1
+}
+
+start_coordinator "$work/coordinator1.log"
+served "$work/coordinator1.log"
+echo "remote_hosts_test: coordinator $coordinator_ip, workers $w0 and $w1: served"
+
+kill -9 "$coordinator"
+wait "$coordinator" 2>/dev/null || true
+start=$SECONDS
+start_coordinator "$work/coordinator2.log"
+served "$work/coordinator2.log"
+grep -q "fresh one can join" "$work/coordinator2.log" || {
+  echo "remote_hosts_test: the new coordinator did not meet the old group" >&2
+  exit 1
+}
+echo "remote_hosts_test: a new coordinator served after $((SECONDS - start)) s" \
+  "(the workers of the old group exited and were restarted)"

@@ -318,6 +318,7 @@ TEST(RendezvousTarget, AWildcardHostIsTheCallersHost) {
       {"0.0.0.0:7000", "ipv4:10.0.0.9:4444", "10.0.0.9:7000"},
       {":7000", "ipv4:127.0.0.1:4444", "127.0.0.1:7000"},
       {"[::]:7000", "ipv6:[fd00::2]:4444", "[fd00::2]:7000"},
+      {"[::]:7000", "ipv6:%5Bfd00::2%5D:4444", "[fd00::2]:7000"},
       {"0.0.0.0:7000", "unix:", ""},  // a Unix socket names no host
       {"0.0.0.0:7000", "ipv4::1", ""},
       {"7000", "ipv4:10.0.0.9:1", ""},
@@ -333,6 +334,26 @@ TEST(RendezvousTarget, AWildcardHostIsTheCallersHost) {
       EXPECT_EQ(got.value_or("error"), c.want) << c.address << " " << c.peer;
     }
   }
+}
+
+TEST_F(WorkerServiceTest, ALoadForAnotherGroupEndsALoadedWorker) {
+  // A restarted coordinator (or a replacement group) finds the worker
+  // loaded: it says so and exits (code 1) so that a fresh one can join.
+  Workers w = Start(1);
+  ASSERT_TRUE(LoadAll(w, Base(), nullptr)[0].ok());
+  rpc::LoadRequest other = Base();
+  other.set_world_size(1);
+  other.set_group("another-group");
+  grpc::ClientContext context;
+  auto reader = w.stubs[0]->Load(&context, other);
+  rpc::LoadProgress p;
+  while (reader->Read(&p)) {
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("another-group"), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(w.procs[0]->Wait(absl::Seconds(10)), 1);
 }
 
 TEST_F(WorkerServiceTest, ATokenIsRequiredWhenConfigured) {
