@@ -102,10 +102,13 @@ TEST_F(WorkerGroupTest, StartsLoadsWithProgressAndSteps) {
 }
 
 TEST_F(WorkerGroupTest, RemoteWorkersNeedTheTokenAndStepLikeSpawnedOnes) {
-  // The reference: a spawned group's first token.
+  // The reference: a spawned group's first token (a token given to a
+  // spawned group is not asked of its workers, which have none).
   int32_t spawned_token = -1;
   {
-    auto group = WorkerGroup::Start(Options(2), nullptr);
+    WorkerGroupOptions spawned = Options(2);
+    spawned.token = "group-token";
+    auto group = WorkerGroup::Start(spawned, nullptr);
     ASSERT_TRUE(group.ok()) << group.status();
     EXPECT_EQ((*group)->activation_dtype(), "float32");
     auto step = (*group)->Step(Prefill(1, 0));
