@@ -24,8 +24,7 @@ struct Engine::Active {
 
 namespace {
 
-// The longest stop string, less one: how much text to hold back, since it
-// may be the start of a stop string.
+// The finish_reason label of octet_requests_total.
 const char* FinishName(Finish f) {
   switch (f) {
     case Finish::kEos:
@@ -38,6 +37,8 @@ const char* FinishName(Finish f) {
   return "length";
 }
 
+// The longest stop string, less one: how much text to hold back, since it
+// may be the start of a stop string.
 size_t HoldBack(const ValidRequest& r) {
   size_t longest = 0;
   for (const std::string& s : r.stop) longest = std::max(longest, s.size());
