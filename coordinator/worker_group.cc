@@ -50,14 +50,18 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
         "rank (",
         options.remote.size(), " addresses for tp ", options.tp, ")"));
   }
-  std::unique_ptr<WorkerGroup> g(new WorkerGroup(options));
+  // Spawned workers meet on loopback and have no token: the options that
+  // concern remote ones do not apply to them.
+  WorkerGroupOptions effective = options;
+  if (effective.remote.empty()) {
+    effective.token.clear();
+    effective.rendezvous_listen = "127.0.0.1:0";
+    effective.rendezvous_host.clear();
+  }
+  std::unique_ptr<WorkerGroup> g(new WorkerGroup(effective));
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
-      RendezvousServer::Start(options.remote.empty()
-                                  ? std::string("127.0.0.1:0")
-                                  : options.rendezvous_listen,
-                              &g->store_,
-                              // Spawned workers have no token.
-                              options.remote.empty() ? "" : options.token);
+      RendezvousServer::Start(effective.rendezvous_listen, &g->store_,
+                              effective.token);
   if (!server.ok()) return server.status();
   g->rendezvous_ = *std::move(server);
   absl::Status s =
@@ -156,9 +160,7 @@ absl::Status WorkerGroup::Connect(const std::vector<std::string>& targets) {
 
 std::string WorkerGroup::RendezvousAddress() const {
   const std::string& bound = rendezvous_->address();
-  if (options_.rendezvous_host.empty() || options_.remote.empty()) {
-    return bound;
-  }
+  if (options_.rendezvous_host.empty()) return bound;
   return absl::StrCat(options_.rendezvous_host,
                       bound.substr(bound.rfind(':')));  // ":PORT"
 }

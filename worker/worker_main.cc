@@ -57,10 +57,13 @@ int Fail(const std::string& message) {
 std::string CollectiveHost(const std::string& listen) {
   if (absl::StartsWith(listen, "unix:")) return "127.0.0.1";
   std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  if (!octet::IsWildcardHost(host)) {
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      // Gloo takes an IPv6 address without its brackets.
+      host = host.substr(1, host.size() - 2);
+    }
+    return host;
   }
-  if (!host.empty() && host != "0.0.0.0" && host != "::") return host;
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
   return name;

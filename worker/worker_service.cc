@@ -72,6 +72,10 @@ float LogProb(const std::vector<float>& row, int64_t id) {
 
 }  // namespace
 
+bool IsWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
 absl::StatusOr<std::string> RendezvousTarget(const std::string& address,
                                              const std::string& peer) {
   const size_t colon = address.rfind(':');
@@ -79,10 +83,7 @@ absl::StatusOr<std::string> RendezvousTarget(const std::string& address,
     return absl::InvalidArgumentError(absl::StrCat(
         "load: rendezvous_address '", address, "' is not HOST:PORT"));
   }
-  const std::string host = address.substr(0, colon);
-  if (host != "" && host != "0.0.0.0" && host != "[::]" && host != "::") {
-    return address;
-  }
+  if (!IsWildcardHost(address.substr(0, colon))) return address;
   // The caller's host: "ipv4:1.2.3.4:567" or "ipv6:[::1]:567", which newer
   // gRPC writes URI-escaped ("ipv6:%5B::1%5D:567").
   const std::string caller = absl::StrReplaceAll(

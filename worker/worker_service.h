@@ -42,6 +42,10 @@ struct WorkerServiceOptions {
   std::function<void()> on_group_failed;
 };
 
+// Whether `host` (of a HOST:PORT) means "every interface": empty,
+// 0.0.0.0, :: or [::].
+bool IsWildcardHost(const std::string& host);
+
 // The rendezvous store's address as a worker dials it. A coordinator that
 // listens on every interface cannot know which of its addresses a worker
 // reaches, so it sends a wildcard host ("0.0.0.0:PORT", "[::]:PORT") or

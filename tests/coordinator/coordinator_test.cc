@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -115,6 +116,20 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // GET /metrics: every sample, "name{labels}" -> value.
+  // How much sample `key` grew between two scrapes (absent before: from 0);
+  // NaN, failing any comparison, when the later scrape lacks it.
+  static double Increase(const std::map<std::string, double>& before,
+                         const std::map<std::string, double>& after,
+                         const std::string& key) {
+    const auto a = after.find(key);
+    if (a == after.end()) {
+      ADD_FAILURE() << "no sample " << key;
+      return std::nan("");
+    }
+    const auto b = before.find(key);
+    return a->second - (b == before.end() ? 0.0 : b->second);
+  }
+
   static std::map<std::string, double> Scrape() {
     std::map<std::string, double> samples;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -226,9 +241,7 @@ TEST_F(CoordinatorTest, MetricsCountWhatHappened) {
   const std::map<std::string, double> before = Scrape();
   auto delta = [&](const std::map<std::string, double>& after,
                    const std::string& key) {
-    EXPECT_TRUE(after.contains(key)) << key;
-    const auto b = before.find(key);
-    return after.at(key) - (b == before.end() ? 0.0 : b->second);
+    return Increase(before, after, key);
   };
   constexpr int kNew = 6;
   for (int i = 0; i < 2; ++i) {  // two that run to their length
@@ -474,13 +487,13 @@ TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
   EXPECT_TRUE(again.ok()) << again.error_message();
   EXPECT_EQ(std::vector<int32_t>(r.token_ids().begin(), r.token_ids().end()),
             Expected(kPrompt, 4));
-  std::map<std::string, double> after = Scrape();
-  EXPECT_EQ(after["octet_worker_group_failures_total"] -
-                before.at("octet_worker_group_failures_total"),
-            1);
-  const std::string unavailable =
-      R"(octet_requests_total{code="UNAVAILABLE",finish_reason="none"})";
-  EXPECT_EQ(after[unavailable] - before.at(unavailable), 1);
+  const std::map<std::string, double> after = Scrape();
+  EXPECT_EQ(Increase(before, after, "octet_worker_group_failures_total"), 1);
+  EXPECT_EQ(
+      Increase(
+          before, after,
+          R"(octet_requests_total{code="UNAVAILABLE",finish_reason="none"})"),
+      1);
   std::printf(
       "[ measured ] worker killed mid-stream: UNAVAILABLE after %.2f s "
       "(%s); served again afterwards\n",
