@@ -13,7 +13,7 @@
 // worker group is replaced by a new one. Ends on SIGINT or SIGTERM.
 //
 // The composition root: it reads the model's config and tokenizer with
-// worker/'s readers, the one place the coordinator links worker/ code.
+// model/'s readers; it never links worker/ code (the workers are programs).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -35,9 +35,10 @@
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics.h"
-#include "worker/file_util.h"
-#include "worker/model_config.h"
-#include "worker/tokenizer.h"
+#include "kernels/status_macros.h"
+#include "model/file_util.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, *.safetensors)");
@@ -118,219 +119,287 @@ class Health {
 };
 void OnSignal(int sig) { stop_signal = sig; }
 
-int Usage(const std::string& message) {
-  std::fprintf(stderr, "coordinator: %s\n", message.c_str());
-  return 2;
+namespace rpc = internal::v1;
+
+// The flags, checked: what the rest of Main works from.
+struct CoordinatorOptions {
+  std::string model;  // as given
+  int tp = 1;
+  std::string quantization;  // "fp8" or "none", as ModelInfo names it
+  bool global_weight_scale = false;
+  rpc::Device device = rpc::DEVICE_AUTO;
+  rpc::Transport transport = rpc::TRANSPORT_SHM;
+  int port = 0, metrics_port = 0;
+  std::vector<std::string> remote;  // --workers; empty: spawn them
+  std::string token;                // --token_file's content
+  std::string rendezvous_host;
+  int rendezvous_port = 0;
+  int block_size = 0;
+  int64_t kv_tokens = 0;
+  int threads = 0;  // per worker; 0 resolved for spawned workers
+};
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
 }
 
-int Main() {
-  const std::string model = absl::GetFlag(FLAGS_model);
-  const int tp = absl::GetFlag(FLAGS_tp);
-  const std::string quantization = absl::GetFlag(FLAGS_quantization);
+absl::Status CheckPort(const char* flag, int port) {
+  if (port >= 0 && port <= 65535) return absl::OkStatus();
+  return Invalid(absl::StrCat("--", flag, " ", port, " is not a port"));
+}
+
+// The name-valued flags, into the worker protocol's enums.
+absl::Status ParseChoices(CoordinatorOptions& o) {
+  o.quantization = absl::GetFlag(FLAGS_quantization);
+  if (o.quantization != "fp8" && o.quantization != "none") {
+    return Invalid("--quantization must be fp8 or none, not '" +
+                   o.quantization + "'");
+  }
   const std::string weight_scale = absl::GetFlag(FLAGS_weight_scale);
-  const std::string device = absl::GetFlag(FLAGS_device);
-  const std::string transport = absl::GetFlag(FLAGS_transport);
-  const int port = absl::GetFlag(FLAGS_port);
-  if (model.empty()) return Usage("--model is required");
-  if (tp < 1 || tp > 64)
-    return Usage(absl::StrCat("--tp ", tp, " is not in [1, 64]"));
-  if (quantization != "fp8" && quantization != "none") {
-    return Usage("--quantization must be fp8 or none, not '" + quantization +
-                 "'");
-  }
   if (weight_scale != "local" && weight_scale != "global") {
-    return Usage("--weight_scale must be local or global, not '" +
-                 weight_scale + "'");
+    return Invalid("--weight_scale must be local or global, not '" +
+                   weight_scale + "'");
   }
-  if (device != "auto" && device != "cpu" && device != "cuda") {
-    return Usage("--device must be auto, cpu or cuda, not '" + device + "'");
+  o.global_weight_scale = weight_scale == "global";
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "auto") {
+    o.device = rpc::DEVICE_AUTO;
+  } else if (device == "cpu") {
+    o.device = rpc::DEVICE_CPU;
+  } else if (device == "cuda") {
+    o.device = rpc::DEVICE_CUDA;
+  } else {
+    return Invalid("--device must be auto, cpu or cuda, not '" + device + "'");
   }
+  const std::string transport = absl::GetFlag(FLAGS_transport);
   if (transport != "auto" && transport != "shm" && transport != "gloo") {
-    return Usage("--transport must be auto, shm or gloo, not '" + transport +
-                 "'");
+    return Invalid("--transport must be auto, shm or gloo, not '" + transport +
+                   "'");
   }
-  if (port < 0 || port > 65535)
-    return Usage(absl::StrCat("--port ", port, " is not a port"));
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < 0 || metrics_port > 65535) {
-    return Usage(
-        absl::StrCat("--metrics_port ", metrics_port, " is not a port"));
-  }
-  if (const std::string h = absl::GetFlag(FLAGS_rendezvous_host);
-      h.find_first_of(" \t/") != std::string::npos ||
+  // auto: shared memory between spawned workers, Gloo to remote ones.
+  const bool gloo =
+      transport == "gloo" ||
+      (transport == "auto" && !absl::GetFlag(FLAGS_workers).empty());
+  o.transport = gloo ? rpc::TRANSPORT_GLOO : rpc::TRANSPORT_SHM;
+  return absl::OkStatus();
+}
+
+// --workers, --token_file and the rendezvous flags.
+absl::Status ParseRemoteWorkers(CoordinatorOptions& o) {
+  o.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
+  const std::string& h = o.rendezvous_host;
+  if (h.find_first_of(" \t/") != std::string::npos ||
       (h.find(':') != std::string::npos && h.front() != '[')) {
-    return Usage("--rendezvous_host '" + h +
-                 "' is not a host name or address ([...] for IPv6)");
+    return Invalid("--rendezvous_host '" + h +
+                   "' is not a host name or address ([...] for IPv6)");
   }
-  const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
-  if (rendezvous_port < 0 || rendezvous_port > 65535) {
-    return Usage(
-        absl::StrCat("--rendezvous_port ", rendezvous_port, " is not a port"));
-  }
-  const int block_size = absl::GetFlag(FLAGS_block_size);
-  const int64_t kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
-  if (block_size < 1 || kv_tokens < block_size) {
-    return Usage("--block_size must be >= 1 and --kv_cache_tokens >= it");
-  }
-  if (absl::GetFlag(FLAGS_max_batch_tokens) < 1 ||
-      absl::GetFlag(FLAGS_max_running) < 1 ||
-      absl::GetFlag(FLAGS_max_queue) < 1 || absl::GetFlag(FLAGS_threads) < 0) {
-    return Usage(
-        "--max_batch_tokens, --max_running and --max_queue must be >= 1, "
-        "--threads >= 0");
-  }
-  std::vector<std::string> remote;
+  o.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  OCTET_RETURN_IF_ERROR(CheckPort("rendezvous_port", o.rendezvous_port));
   if (!absl::GetFlag(FLAGS_workers).empty()) {
-    remote = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',');
-    if (static_cast<int>(remote.size()) != tp) {
-      return Usage(absl::StrCat("--workers lists ", remote.size(),
-                                " addresses for --tp ", tp));
+    o.remote = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',');
+    if (static_cast<int>(o.remote.size()) != o.tp) {
+      return Invalid(absl::StrCat("--workers lists ", o.remote.size(),
+                                  " addresses for --tp ", o.tp));
     }
-    for (const std::string& w : remote) {
+    for (const std::string& w : o.remote) {
       const size_t colon = w.rfind(':');
       int p = 0;
       if (colon == std::string::npos || colon == 0 ||
           !absl::SimpleAtoi(w.substr(colon + 1), &p) || p < 1 || p > 65535) {
-        return Usage("--workers entry '" + w + "' is not HOST:PORT");
+        return Invalid("--workers entry '" + w + "' is not HOST:PORT");
       }
     }
   }
-  std::string token;
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     absl::StatusOr<std::string> t =
         ReadTokenFile(absl::GetFlag(FLAGS_token_file));
-    if (!t.ok())
-      return Usage("--token_file " + std::string(t.status().message()));
-    token = *std::move(t);
-  } else if (!remote.empty()) {
-    return Usage("--workers needs --token_file (the workers' shared token)");
+    if (!t.ok()) {
+      return Invalid("--token_file " + std::string(t.status().message()));
+    }
+    o.token = *std::move(t);
+  } else if (!o.remote.empty()) {
+    return Invalid("--workers needs --token_file (the workers' shared token)");
   }
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
-  if (!config.ok()) return Usage(std::string(config.status().message()));
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model);
-  if (!tokenizer.ok() && !absl::IsNotFound(tokenizer.status())) {
-    return Usage(std::string(tokenizer.status().message()));
+  return absl::OkStatus();
+}
+
+// Every flag, checked before anything starts.
+absl::StatusOr<CoordinatorOptions> ParseFlags() {
+  CoordinatorOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.tp = absl::GetFlag(FLAGS_tp);
+  if (o.model.empty()) return Invalid("--model is required");
+  if (o.tp < 1 || o.tp > 64) {
+    return Invalid(absl::StrCat("--tp ", o.tp, " is not in [1, 64]"));
   }
-  const std::unique_ptr<Tokenizer> tok =
-      tokenizer.ok() ? *std::move(tokenizer) : nullptr;
-  if (tok == nullptr) {
+  OCTET_RETURN_IF_ERROR(ParseChoices(o));
+  o.port = absl::GetFlag(FLAGS_port);
+  OCTET_RETURN_IF_ERROR(CheckPort("port", o.port));
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  OCTET_RETURN_IF_ERROR(CheckPort("metrics_port", o.metrics_port));
+  OCTET_RETURN_IF_ERROR(ParseRemoteWorkers(o));
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  if (o.block_size < 1 || o.kv_tokens < o.block_size) {
+    return Invalid("--block_size must be >= 1 and --kv_cache_tokens >= it");
+  }
+  o.threads = absl::GetFlag(FLAGS_threads);
+  if (absl::GetFlag(FLAGS_max_batch_tokens) < 1 ||
+      absl::GetFlag(FLAGS_max_running) < 1 ||
+      absl::GetFlag(FLAGS_max_queue) < 1 || o.threads < 0) {
+    return Invalid(
+        "--max_batch_tokens, --max_running and --max_queue must be >= 1, "
+        "--threads >= 0");
+  }
+  if (o.threads == 0 && o.remote.empty()) {
+    o.threads = std::max(
+        1, static_cast<int>(std::thread::hardware_concurrency()) / o.tp);
+  }
+  return o;
+}
+
+// What the coordinator itself reads of the model: config.json and, when
+// there is one, the tokenizer.
+struct ModelFacts {
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;  // null: token ids only
+};
+
+absl::StatusOr<ModelFacts> ReadModel(const std::string& dir) {
+  ModelFacts m;
+  OCTET_ASSIGN_OR_RETURN(m.config, LoadModelConfig(dir));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
+  if (tokenizer.ok()) {
+    m.tokenizer = *std::move(tokenizer);
+  } else if (absl::IsNotFound(tokenizer.status())) {
     std::fprintf(stderr,
                  "coordinator: %s has no tokenizer.model: requests "
                  "must send token ids\n",
-                 model.c_str());
+                 dir.c_str());
+  } else {
+    return tokenizer.status();
   }
+  return m;
+}
 
-  // Metrics first: the engine counts into them from its start.
-  Metrics metrics;
+// The Prometheus endpoint on --metrics_port (none for 0).
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
+    int port, Metrics& metrics) {
+  if (port == 0) return nullptr;
   std::unique_ptr<prometheus::Exposer> exposer;
-  if (metrics_port != 0) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(
-          absl::StrCat("0.0.0.0:", metrics_port));
-    } catch (const std::exception& e) {
-      return Usage(absl::StrCat("cannot serve metrics on port ", metrics_port,
-                                ": ", e.what()));
-    }
-    exposer->RegisterCollectable(metrics.registry());
-    std::fprintf(stderr,
-                 "coordinator: Prometheus metrics on port %d at /metrics\n",
-                 metrics_port);
+  try {
+    exposer =
+        std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
+  } catch (const std::exception& e) {
+    return Invalid(
+        absl::StrCat("cannot serve metrics on port ", port, ": ", e.what()));
   }
+  exposer->RegisterCollectable(metrics.registry());
+  std::fprintf(
+      stderr, "coordinator: Prometheus metrics on port %d at /metrics\n", port);
+  return exposer;
+}
 
-  // The engine and its worker groups.
-  const int64_t blocks = kv_tokens / block_size;
+// How each worker group is started and what its ranks load.
+WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
   WorkerGroupOptions g;
-  g.tp = tp;
+  g.tp = o.tp;
   g.worker_program =
       (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "worker")
           .string();
-  g.remote = remote;
-  g.token = token;
+  g.remote = o.remote;
+  g.token = o.token;
   // Remote workers dial the address they were called from (wildcard host).
-  g.rendezvous_listen = absl::StrCat(remote.empty() ? "127.0.0.1" : "0.0.0.0",
-                                     ":", rendezvous_port);
-  g.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
-  g.load.set_model_dir(std::filesystem::absolute(model).string());
-  g.load.set_quantization(quantization);
-  g.load.set_global_weight_scale(weight_scale == "global");
-  g.load.set_transport(transport != "auto" ? transport
-                       : remote.empty()    ? "shm"
-                                           : "gloo");
-  g.load.set_device(device);
-  g.load.set_kv_blocks(blocks);
-  g.load.set_kv_block_size(block_size);
-  int threads = absl::GetFlag(FLAGS_threads);
-  if (threads == 0 && remote.empty()) {
-    threads =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / tp);
+  g.rendezvous_listen = absl::StrCat(o.remote.empty() ? "127.0.0.1" : "0.0.0.0",
+                                     ":", o.rendezvous_port);
+  g.rendezvous_host = o.rendezvous_host;
+  g.load.set_model_dir(std::filesystem::absolute(o.model).string());
+  g.load.set_quantization(o.quantization == "fp8" ? rpc::QUANTIZATION_FP8
+                                                  : rpc::QUANTIZATION_NONE);
+  g.load.set_global_weight_scale(o.global_weight_scale);
+  g.load.set_transport(o.transport);
+  g.load.set_device(o.device);
+  g.load.set_kv_blocks(o.kv_tokens / o.block_size);
+  g.load.set_kv_block_size(o.block_size);
+  g.load.set_threads(o.threads);
+  return g;
+}
+
+// Starts a worker group, with rank 0's load progress on stderr (one
+// rewritten line on a terminal).
+absl::StatusOr<std::unique_ptr<WorkerGroup>> StartGroup(
+    const WorkerGroupOptions& g, bool terminal) {
+  std::fprintf(stderr, "coordinator: starting %d worker(s)\n", g.tp);
+  auto group = WorkerGroup::Start(g, [&](int rank, const rpc::LoadProgress& p) {
+    if (rank != 0) return;  // the ranks load in step
+    std::fprintf(stderr,
+                 terminal ? "\rcoordinator: loading %lld/%lld %s   "
+                          : "coordinator: loading %lld/%lld %s\n",
+                 static_cast<long long>(p.done()),
+                 static_cast<long long>(p.total()), p.stage().c_str());
+  });
+  if (terminal) std::fprintf(stderr, "\n");
+  if (!group.ok()) {
+    std::fprintf(stderr, "coordinator: the workers did not start: %s\n",
+                 std::string(group.status().message()).c_str());
+  } else {
+    std::fprintf(stderr, "coordinator: every rank is loaded\n");
   }
-  g.load.set_threads(threads);
-  const bool terminal = isatty(STDERR_FILENO);
+  return group;
+}
+
+// The engine's options: the scheduler's limits, how groups start, and
+// health that follows the engine (NOT_SERVING before a failed group's
+// requests end).
+EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
+                               const ModelFacts& model, Metrics& metrics,
+                               std::shared_ptr<Health> health) {
   EngineOptions e;
-  e.scheduler = {.num_blocks = blocks,
-                 .block_size = block_size,
+  e.scheduler = {.num_blocks = o.kv_tokens / o.block_size,
+                 .block_size = o.block_size,
                  .max_tokens_per_step = absl::GetFlag(FLAGS_max_batch_tokens),
                  .max_running = absl::GetFlag(FLAGS_max_running),
                  .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;
-  // Health follows the engine as it changes (NOT_SERVING before a failed
-  // group's requests end); the health service exists once the server is
-  // built, which may be after the first group loaded.
-  auto health = std::make_shared<Health>();
   e.on_serving = [health](bool serving, const absl::Status& why) {
     health->Set(serving);
     std::fprintf(stderr, "coordinator: health %s%s%s\n",
                  serving ? "SERVING" : "NOT_SERVING", why.ok() ? "" : ": ",
                  std::string(why.message()).c_str());
   };
-  e.start_group = [g, terminal]() {
-    std::fprintf(stderr, "coordinator: starting %d worker(s)\n", g.tp);
-    auto group = WorkerGroup::Start(
-        g, [&](int rank, const internal::v1::LoadProgress& p) {
-          if (rank != 0) return;  // the ranks load in step
-          std::fprintf(stderr,
-                       terminal ? "\rcoordinator: loading %lld/%lld %s   "
-                                : "coordinator: loading %lld/%lld %s\n",
-                       static_cast<long long>(p.done()),
-                       static_cast<long long>(p.total()), p.stage().c_str());
-        });
-    if (terminal) std::fprintf(stderr, "\n");
-    if (!group.ok()) {
-      std::fprintf(stderr, "coordinator: the workers did not start: %s\n",
-                   std::string(group.status().message()).c_str());
-    } else {
-      std::fprintf(stderr, "coordinator: every rank is loaded\n");
-    }
-    return group;
+  e.start_group = [g = GroupOptions(o), terminal = isatty(STDERR_FILENO)] {
+    return StartGroup(g, terminal);
   };
-  if (tok != nullptr) {
-    const Tokenizer* t = tok.get();
-    e.new_decoder = [t] {
-      return std::make_unique<StreamTextDecoder<TextStream>>(TextStream(*t));
-    };
-  }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(std::move(e));
-  if (!engine.ok()) return Usage(std::string(engine.status().message()));
+  e.tokenizer = model.tokenizer.get();
+  return e;
+}
 
+// What the public service checks requests against and says of the model.
+ModelLimits LimitsOf(const CoordinatorOptions& o, const ModelConfig& config) {
   ModelLimits limits;
-  limits.vocab_size = config->vocab_size;
-  limits.max_context = std::min(config->max_position_embeddings, kv_tokens);
-  for (int64_t id : config->eos_token_ids)
+  limits.vocab_size = config.vocab_size;
+  limits.max_context = std::min(config.max_position_embeddings, o.kv_tokens);
+  for (int64_t id : config.eos_token_ids) {
     limits.eos_ids.push_back(static_cast<int32_t>(id));
-  EncodeFn encode;
-  if (tok != nullptr) {
-    const Tokenizer* t = tok.get();
-    encode = [t](const std::string& text) { return t->Encode(text, true); };
   }
-  v1::ModelInfo info;
-  info.set_model_name(std::filesystem::absolute(model).filename().string());
-  info.set_architecture(config->architecture);
-  info.set_quantization(quantization);
-  info.set_tensor_parallel_size(tp);
-  info.set_max_context_tokens(static_cast<uint32_t>(limits.max_context));
-  info.set_vocab_size(static_cast<uint32_t>(config->vocab_size));
-  GenerationService service(**engine, limits, encode, info, &metrics);
+  return limits;
+}
 
+v1::ModelInfo InfoOf(const CoordinatorOptions& o, const ModelConfig& config,
+                     const ModelLimits& limits) {
+  v1::ModelInfo info;
+  info.set_model_name(std::filesystem::absolute(o.model).filename().string());
+  info.set_architecture(config.architecture);
+  info.set_quantization(o.quantization);
+  info.set_tensor_parallel_size(o.tp);
+  info.set_max_context_tokens(static_cast<uint32_t>(limits.max_context));
+  info.set_vocab_size(static_cast<uint32_t>(config.vocab_size));
+  return info;
+}
+
+// Serves `service` (with health and reflection) on --port until SIGINT or
+// SIGTERM; false when the port cannot be had.
+bool Serve(GenerationService& service, int port, Health& health) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -339,21 +408,57 @@ int Main() {
                            grpc::InsecureServerCredentials(), &bound);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound == 0) {
-    return Usage(absl::StrCat("cannot listen on port ", port));
-  }
+  if (server == nullptr || bound == 0) return false;
   std::fprintf(stderr, "coordinator: serving octet.v1.Generation on port %d\n",
                bound);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  health->Attach(server->GetHealthCheckService());
+  health.Attach(server->GetHealthCheckService());
   while (stop_signal == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
                static_cast<int>(stop_signal));
-  health->Detach();  // every service NOT_SERVING, liveness too
+  health.Detach();  // every service NOT_SERVING, liveness too
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return true;
+}
+
+// A one-line error; the exit code of bad input.
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "coordinator: %s\n", message.c_str());
+  return 2;
+}
+
+// Flags → model → metrics → engine → serve. Exit code 2 for anything
+// wrong before serving starts.
+int Main() {
+  absl::StatusOr<CoordinatorOptions> options = ParseFlags();
+  if (!options.ok()) return Usage(std::string(options.status().message()));
+  const CoordinatorOptions& o = *options;
+  absl::StatusOr<ModelFacts> model = ReadModel(o.model);
+  if (!model.ok()) return Usage(std::string(model.status().message()));
+  // Metrics first: the engine counts into them from its start.
+  Metrics metrics;
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer =
+      ServeMetrics(o.metrics_port, metrics);
+  if (!exposer.ok()) return Usage(std::string(exposer.status().message()));
+  // The health service exists once the server is built, which may be after
+  // the first group loaded.
+  auto health = std::make_shared<Health>();
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Start(EngineOptionsFor(o, *model, metrics, health));
+  if (!engine.ok()) return Usage(std::string(engine.status().message()));
+  const ModelLimits limits = LimitsOf(o, model->config);
+  EncodeFn encode;
+  if (const Tokenizer* t = model->tokenizer.get(); t != nullptr) {
+    encode = [t](const std::string& text) { return t->Encode(text, true); };
+  }
+  GenerationService service(**engine, limits, encode,
+                            InfoOf(o, model->config, limits), &metrics);
+  if (!Serve(service, o.port, *health)) {
+    return Usage(absl::StrCat("cannot listen on port ", o.port));
+  }
   engine->reset();
   return 0;
 }

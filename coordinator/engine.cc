@@ -1,6 +1,7 @@
 #include "coordinator/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +16,9 @@ struct Engine::Active {
   ValidRequest request;
   RequestCallbacks callbacks;
   uint64_t seed = 0;
-  std::unique_ptr<TextDecoder> decoder;
-  std::string text;  // generated so far (stop strings cut off)
-  size_t sent = 0;   // bytes of `text` delivered
+  std::optional<TextStream> decoder;  // with a tokenizer
+  std::string text;                   // generated so far (stop strings cut off)
+  size_t sent = 0;                    // bytes of `text` delivered
   int64_t generated = 0;
   absl::Time arrival, first_token, last_token;
 };
@@ -205,7 +206,7 @@ bool Engine::Deliver(Active& a, int32_t token, float logprob) {
   bool stopped = Contains(r.stop_token_ids, token);
   const bool eos = !stopped && Contains(r.eos_ids, token);
   bool stop_string = false;
-  if (a.decoder != nullptr) {
+  if (a.decoder.has_value()) {
     a.text += a.decoder->Add(token);
     // The earliest stop string in what was not sent (text already sent
     // never holds the start of one: see HoldBack).
@@ -220,7 +221,7 @@ bool Engine::Deliver(Active& a, int32_t token, float logprob) {
   }
   const bool done = stopped || eos || a.generated >= r.max_new_tokens;
   if (done) {
-    if (a.decoder != nullptr && !stop_string) a.text += a.decoder->Finish();
+    if (a.decoder.has_value() && !stop_string) a.text += a.decoder->Finish();
     if (a.callbacks.on_delta) {
       d.text = a.text.substr(a.sent);
       a.sent = a.text.size();
@@ -304,115 +305,132 @@ void Engine::PublishLoadLocked() {
       scheduler_->free_blocks());
 }
 
+// Each turn: drain the inbox → cancel → admit → replace a failed group →
+// step.
 void Engine::Loop() {
   for (;;) {
-    std::deque<std::unique_ptr<Active>> fresh;
-    std::vector<uint64_t> cancels;
-    {
-      absl::MutexLock lock(&mu_);
-      PublishLoadLocked();
-      // Sleep while there is nothing to do: no requests, and a group that
-      // serves (a missing or failed one is replaced first).
-      const bool group_ok = group_ != nullptr && group_->failed().ok();
-      while (!stop_ && submitted_.empty() && cancelled_.empty() &&
-             active_.empty() && group_ok) {
-        wake_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
-        if (!group_->failed().ok()) break;
-      }
-      if (stop_) break;
-      fresh.swap(submitted_);
-      cancels.swap(cancelled_);
-    }
-    for (uint64_t id : cancels) {
-      auto f = std::find_if(fresh.begin(), fresh.end(),
-                            [&](const auto& a) { return a->id == id; });
-      if (f != fresh.end()) {
-        End(**f, absl::CancelledError("cancelled"), Finish::kLength);
-        fresh.erase(f);
-        continue;
-      }
-      auto it = active_.find(id);
-      if (it == active_.end()) continue;
-      scheduler_->Finish(id);  // its blocks are free now
-      End(*it->second, absl::CancelledError("cancelled"), Finish::kLength);
-      active_.erase(it);
-      if (group_ != nullptr) group_->Free({id}).IgnoreError();
-    }
-    for (auto& a : fresh) {
-      const uint64_t id = a->id;
-      absl::Status s =
-          scheduler_->Add(id, a->request.prompt, a->request.max_new_tokens);
-      if (!s.ok()) {
-        End(*a, s, Finish::kLength);
-        continue;
-      }
-      if (options_.new_decoder) a->decoder = options_.new_decoder();
-      active_[id] = std::move(a);
-    }
-    // Replace a failed (or not yet started) group; what it was running
-    // ends, the queue waits.
-    if (group_ == nullptr || !group_->failed().ok()) {
-      if (group_ != nullptr) {
-        // Not serving before the running requests hear why: a client that
-        // sees UNAVAILABLE finds health NOT_SERVING.
-        const absl::Status why = group_->failed();
-        {
-          absl::MutexLock lock(&mu_);
-          serving_ = false;
-          last_failure_ = why;
-        }
-        if (options_.on_serving) options_.on_serving(false, why);
-        if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
-        EndRunning(why);
-        PublishLoad();
-        group_.reset();
-      }
-      absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
-      {
-        absl::MutexLock lock(&mu_);
-        queued_ = scheduler_->waiting();
-        if (!g.ok()) {
-          if (options_.metrics != nullptr) {
-            options_.metrics->WorkerGroupFailed();
-          }
-          last_failure_ = g.status();
-          wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
-          continue;
-        }
-        group_ = *std::move(g);
-        serving_ = true;
-        activation_dtype_ = group_->activation_dtype();
-      }
-      if (options_.on_serving) options_.on_serving(true, absl::OkStatus());
-    }
-    if (active_.empty()) continue;
-    const StepPlan plan = scheduler_->Schedule();
-    if (options_.metrics != nullptr && !plan.preempted.empty()) {
-      options_.metrics->Preemptions(
-          static_cast<int64_t>(plan.preempted.size()));
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      queued_ = scheduler_->waiting();
-    }
-    if (plan.seqs.empty()) {  // not expected (Add checked that each fits)
-      absl::MutexLock lock(&mu_);
-      wake_.WaitWithTimeout(&mu_, absl::Milliseconds(10));
+    Inbox inbox;
+    if (!WaitForWork(inbox)) break;
+    ApplyCancels(inbox);
+    Admit(inbox.fresh);
+    if (!EnsureGroup()) continue;
+    if (!active_.empty()) StepOnce();
+  }
+  EndAll(absl::UnavailableError("the server is stopping"));
+}
+
+bool Engine::WaitForWork(Inbox& inbox) {
+  absl::MutexLock lock(&mu_);
+  PublishLoadLocked();
+  // Sleep while there is nothing to do: no requests, and a group that
+  // serves (a missing or failed one is replaced first).
+  const bool group_ok = group_ != nullptr && group_->failed().ok();
+  while (!stop_ && submitted_.empty() && cancelled_.empty() &&
+         active_.empty() && group_ok) {
+    wake_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    if (!group_->failed().ok()) break;
+  }
+  if (stop_) return false;
+  inbox.fresh.swap(submitted_);
+  inbox.cancels.swap(cancelled_);
+  return true;
+}
+
+void Engine::ApplyCancels(Inbox& inbox) {
+  for (uint64_t id : inbox.cancels) {
+    auto f = std::find_if(inbox.fresh.begin(), inbox.fresh.end(),
+                          [&](const auto& a) { return a->id == id; });
+    if (f != inbox.fresh.end()) {
+      End(**f, absl::CancelledError("cancelled"), Finish::kLength);
+      inbox.fresh.erase(f);
       continue;
     }
-    RunStep(plan);
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    scheduler_->Finish(id);  // its blocks are free now
+    End(*it->second, absl::CancelledError("cancelled"), Finish::kLength);
+    active_.erase(it);
+    if (group_ != nullptr) group_->Free({id}).IgnoreError();
   }
-  // Stopping: every request ends.
-  const absl::Status stopping =
-      absl::UnavailableError("the server is stopping");
-  for (auto& [id, a] : active_) End(*a, stopping, Finish::kLength);
+}
+
+void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
+  for (auto& a : fresh) {
+    const uint64_t id = a->id;
+    absl::Status s =
+        scheduler_->Add(id, a->request.prompt, a->request.max_new_tokens);
+    if (!s.ok()) {
+      End(*a, s, Finish::kLength);
+      continue;
+    }
+    if (options_.tokenizer != nullptr) a->decoder.emplace(*options_.tokenizer);
+    active_[id] = std::move(a);
+  }
+}
+
+bool Engine::EnsureGroup() {
+  if (group_ != nullptr && group_->failed().ok()) return true;
+  if (group_ != nullptr) RetireFailedGroup();
+  absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
+  {
+    absl::MutexLock lock(&mu_);
+    queued_ = scheduler_->waiting();
+    if (!g.ok()) {
+      if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
+      last_failure_ = g.status();
+      wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
+      return false;
+    }
+    group_ = *std::move(g);
+    serving_ = true;
+    activation_dtype_ = group_->activation_dtype();
+  }
+  if (options_.on_serving) options_.on_serving(true, absl::OkStatus());
+  return true;
+}
+
+void Engine::RetireFailedGroup() {
+  // Not serving before the running requests hear why: a client that sees
+  // UNAVAILABLE finds health NOT_SERVING.
+  const absl::Status why = group_->failed();
+  {
+    absl::MutexLock lock(&mu_);
+    serving_ = false;
+    last_failure_ = why;
+  }
+  if (options_.on_serving) options_.on_serving(false, why);
+  if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
+  EndRunning(why);
+  PublishLoad();
+  group_.reset();
+}
+
+void Engine::StepOnce() {
+  const StepPlan plan = scheduler_->Schedule();
+  if (options_.metrics != nullptr && !plan.preempted.empty()) {
+    options_.metrics->Preemptions(static_cast<int64_t>(plan.preempted.size()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    queued_ = scheduler_->waiting();
+  }
+  if (plan.seqs.empty()) {  // not expected (Add checked that each fits)
+    absl::MutexLock lock(&mu_);
+    wake_.WaitWithTimeout(&mu_, absl::Milliseconds(10));
+    return;
+  }
+  RunStep(plan);
+}
+
+void Engine::EndAll(const absl::Status& status) {
+  for (auto& [id, a] : active_) End(*a, status, Finish::kLength);
   active_.clear();
   std::deque<std::unique_ptr<Active>> late;
   {
     absl::MutexLock lock(&mu_);
     late.swap(submitted_);
   }
-  for (auto& a : late) End(*a, stopping, Finish::kLength);  // unlocked
+  for (auto& a : late) End(*a, status, Finish::kLength);  // unlocked
 }
 
 }  // namespace octet

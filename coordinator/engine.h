@@ -29,37 +29,17 @@
 #include "coordinator/request.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_group.h"
+#include "model/tokenizer.h"
 
 namespace octet {
-
-// A sequence's generated text, piece by piece (the model's tokenizer).
-class TextDecoder {
- public:
-  virtual ~TextDecoder() = default;
-  virtual std::string Add(int32_t id) = 0;  // the text `id` completes
-  virtual std::string Finish() = 0;         // what is still held back
-};
-
-// A TextDecoder over a stream with Add(id) and Finish(), such as the
-// tokenizer's TextStream (worker/tokenizer.h).
-template <typename Stream>
-class StreamTextDecoder : public TextDecoder {
- public:
-  explicit StreamTextDecoder(Stream stream) : stream_(std::move(stream)) {}
-  std::string Add(int32_t id) override { return stream_.Add(id); }
-  std::string Finish() override { return stream_.Finish(); }
-
- private:
-  Stream stream_;
-};
 
 struct EngineOptions {
   SchedulerOptions scheduler;
   // A new worker group (the first, and each replacement).
   std::function<absl::StatusOr<std::unique_ptr<WorkerGroup>>()> start_group;
-  // A text decoder per request; null: token ids only (no text, no stop
-  // strings).
-  std::function<std::unique_ptr<TextDecoder>()> new_decoder;
+  // Decodes each request's generated ids into text (and so checks stop
+  // strings); null: token ids only. Must outlive the engine.
+  const Tokenizer* tokenizer = nullptr;
   // Pause between attempts to replace a failed group.
   absl::Duration restart_backoff = absl::Seconds(1);
   // Where to count requests, tokens and latencies (none: null); must
@@ -123,7 +103,23 @@ class Engine {
   // Submit, less the metrics of a refusal.
   absl::StatusOr<uint64_t> Queue(ValidRequest request,
                                  RequestCallbacks callbacks);
+  // Requests and cancels handed over since the last turn of the loop.
+  struct Inbox {
+    std::deque<std::unique_ptr<Active>> fresh;
+    std::vector<uint64_t> cancels;
+  };
   void Loop();
+  // The loop's steps, on the engine's thread. WaitForWork sleeps until
+  // there is something to do and takes the inbox; false when stopping.
+  bool WaitForWork(Inbox& inbox);
+  void ApplyCancels(Inbox& inbox);  // of queued and of running requests
+  void Admit(std::deque<std::unique_ptr<Active>>& fresh);  // to the scheduler
+  // Replaces a failed (or not yet started) group; what it was running
+  // ends, the queue waits. False when no group could be started.
+  bool EnsureGroup();
+  void RetireFailedGroup();  // NOT_SERVING, its running requests end
+  void StepOnce();           // plans one step and runs it
+  void EndAll(const absl::Status& status);  // every request, when stopping
   // The scheduler's state into the metrics (engine thread).
   void PublishLoad();
   void PublishLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -160,7 +160,7 @@ class Backend {
   virtual absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w,
                             void* y, DType y_dtype) = 0;
 
-  // FP8 linear layers, in the steps tensor parallelism needs (DESIGN.md):
+  // FP8 linear layers, in the steps tensor parallelism needs (docs/design.md):
   //   AbsMax -> [all-reduce MAX across ranks] -> Quantize -> GemmE4m3.
   // The activation scale is dynamic and per tensor, where the tensor is one
   // sequence's rows of x in this forward call (`groups`): a sequence is

@@ -1,6 +1,6 @@
 // OCP float8 e4m3fn: the format, its scalar reference codec and the
 // per-tensor scale rule. This file is the executable form of the FP8 contract
-// in DESIGN.md; every backend (CPU fast paths, CUDA) is tested against it.
+// in docs/design.md; every backend (CPU fast paths, CUDA) is tested against it.
 //
 // Format: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; no
 // infinities; max finite ±448 (S.1111.110); NaN = S.1111.111. Subnormals are

@@ -1,6 +1,6 @@
 // The one order in which octet adds partial sums of a tensor-parallel
 // (row-parallel) product, so that the result does not change with the TP
-// degree (DESIGN.md, "TP-invariant sums").
+// degree (docs/design.md, "TP invariance").
 //
 // A row-parallel layer's K is cut into a fixed number of blocks, the same at
 // every TP degree; each block's dot products are computed as if the block were

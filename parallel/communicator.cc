@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 #include "kernels/tree_sum.h"
 #include "parallel/gather_reduce.h"
 #include "parallel/shm_communicator.h"
@@ -260,21 +261,36 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
       new GlooCommunicator(std::move(context), options.timeout));
 }
 
+absl::StatusOr<CpuTransport> ParseCpuTransport(absl::string_view name) {
+  if (name == "gloo") return CpuTransport::kGloo;
+  if (name == "shm") return CpuTransport::kShm;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CPU transport '", name, "' (gloo or shm)"));
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
-    KeyValueStore& store, int rank, int size, const std::string& transport,
+    KeyValueStore& store, int rank, int size, CpuTransport transport,
     const std::string& group, absl::Duration timeout,
     const std::string& hostname) {
-  if (transport == "gloo") {
-    return NewGlooCommunicator(
-        store, rank, size,
-        GlooOptions{.group = group, .hostname = hostname, .timeout = timeout});
+  switch (transport) {
+    case CpuTransport::kGloo:
+      return NewGlooCommunicator(
+          store, rank, size,
+          GlooOptions{
+              .group = group, .hostname = hostname, .timeout = timeout});
+    case CpuTransport::kShm:
+      break;
   }
-  if (transport == "shm") {
-    return NewShmCommunicator(store, rank, size,
-                              ShmOptions{.group = group, .timeout = timeout});
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown CPU transport '", transport, "' (gloo or shm)"));
+  return NewShmCommunicator(store, rank, size,
+                            ShmOptions{.group = group, .timeout = timeout});
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
+    KeyValueStore& store, int rank, int size, absl::string_view transport,
+    const std::string& group, absl::Duration timeout,
+    const std::string& hostname) {
+  OCTET_ASSIGN_OR_RETURN(const CpuTransport t, ParseCpuTransport(transport));
+  return NewCpuCommunicator(store, rank, size, t, group, timeout, hostname);
 }
 
 }  // namespace octet

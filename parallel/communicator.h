@@ -1,5 +1,5 @@
 // Collectives between the ranks of one tensor-parallel group, behind one
-// interface (DESIGN.md): Gloo over TCP or shared memory for CPU ranks,
+// interface (docs/design.md): Gloo over TCP or shared memory for CPU ranks,
 // single-rank for TP=1 (no work), and NCCL for GPU ranks.
 //
 // Rules for every implementation:
@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "parallel/store.h"
 
@@ -67,12 +68,25 @@ struct GlooOptions {
 absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     KeyValueStore& store, int rank, int size, const GlooOptions& options);
 
-// A group of CPU ranks over `transport`: "gloo" (TCP, ranks on any hosts)
-// or "shm" (shared memory, ranks on one host: parallel/shm_communicator.h).
-// InvalidArgument naming the transport otherwise. `hostname`: where this
-// rank listens for its Gloo peers (GlooOptions::hostname).
+// How CPU ranks exchange data.
+enum class CpuTransport {
+  kGloo,  // TCP: ranks on any hosts
+  kShm,   // shared memory: ranks on one host (parallel/shm_communicator.h)
+};
+
+// The transport a flag names ("gloo" or "shm"); InvalidArgument naming it
+// otherwise.
+absl::StatusOr<CpuTransport> ParseCpuTransport(absl::string_view name);
+
+// A group of CPU ranks over `transport`. `hostname`: where this rank
+// listens for its Gloo peers (GlooOptions::hostname).
 absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
-    KeyValueStore& store, int rank, int size, const std::string& transport,
+    KeyValueStore& store, int rank, int size, CpuTransport transport,
+    const std::string& group, absl::Duration timeout,
+    const std::string& hostname = "127.0.0.1");
+// The same, with the transport as a flag names it.
+absl::StatusOr<std::unique_ptr<Communicator>> NewCpuCommunicator(
+    KeyValueStore& store, int rank, int size, absl::string_view transport,
     const std::string& group, absl::Duration timeout,
     const std::string& hostname = "127.0.0.1");
 

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
+#include "kernels/status_macros.h"
 
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/backend.h"
@@ -11,30 +12,41 @@
 
 namespace octet {
 
-absl::StatusOr<std::unique_ptr<Backend>> NewBackend(absl::string_view device,
+absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name) {
+  if (name == "auto") return DeviceChoice::kAuto;
+  if (name == "cpu") return DeviceChoice::kCpu;
+  if (name == "cuda") return DeviceChoice::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("device '", name, "' is not auto, cpu or cuda"));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(DeviceChoice device,
                                                     const CpuKernelOptions& cpu,
                                                     int cuda_device) {
-  if (device == "cpu") return NewCpuBackend(cpu);
-  if (device != "auto" && device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device '", device, "' is not auto, cpu or cuda"));
-  }
+  if (device == DeviceChoice::kCpu) return NewCpuBackend(cpu);
   if (cuda_device < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device ", cuda_device, " is negative"));
   }
 #if defined(OCTET_HAVE_CUDA)
-  if (device == "cuda" || CudaDeviceSupported(cuda_device)) {
+  if (device == DeviceChoice::kCuda || CudaDeviceSupported(cuda_device)) {
     return NewCudaBackend(cuda_device);
   }
   return NewCpuBackend(cpu);
 #else
-  if (device == "cuda") {
+  if (device == DeviceChoice::kCuda) {
     return absl::UnavailableError(
         "this build has no CUDA backend (OCTET_CUDA=OFF)");
   }
   return NewCpuBackend(cpu);
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(absl::string_view device,
+                                                    const CpuKernelOptions& cpu,
+                                                    int cuda_device) {
+  OCTET_ASSIGN_OR_RETURN(const DeviceChoice kind, ParseDeviceChoice(device));
+  return NewBackend(kind, cpu, cuda_device);
 }
 
 }  // namespace octet

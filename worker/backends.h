@@ -1,6 +1,6 @@
-// Picks the backend a worker runs on: "cpu", "cuda" (GPU `cuda_device`), or
-// "auto" (CUDA when this build has it and that GPU is a supported one, else
-// CPU).
+// Picks the backend a worker runs on: the CPU, CUDA (GPU `cuda_device`),
+// or auto (CUDA when this build has it and that GPU is a supported one, else
+// the CPU).
 #pragma once
 
 #include <memory>
@@ -12,8 +12,18 @@
 
 namespace octet {
 
-// InvalidArgument for an unknown name or a negative GPU index; Unavailable
-// when "cuda" is asked for and there is no CUDA build or no usable GPU.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
+// The device a flag names: "auto", "cpu" or "cuda"; InvalidArgument naming
+// it otherwise.
+absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name);
+
+// InvalidArgument for a negative GPU index; Unavailable when CUDA is asked
+// for and there is no CUDA build or no usable GPU.
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(DeviceChoice device,
+                                                    const CpuKernelOptions& cpu,
+                                                    int cuda_device = 0);
+// The same, with the device as a flag names it.
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(absl::string_view device,
                                                     const CpuKernelOptions& cpu,
                                                     int cuda_device = 0);

@@ -2,7 +2,7 @@
 // layers (fused, and FP8-quantized at load when asked), embedding tables and
 // norm weights.
 //
-// FP8 (DESIGN.md): a fused projection (QKV, gate_up) is one weight with one
+// FP8 (docs/design.md): a fused projection (QKV, gate_up) is one weight with one
 // per-tensor scale. From a BF16/F16/F32 checkpoint the scale comes from the
 // absmax of all its parts; from an FP8 checkpoint whose parts carry
 // different weight_scales, every part is requantized to the largest one
@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/options.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 
 namespace octet {
 

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -32,12 +33,6 @@ T* Offset(T* p, int64_t elems, DType dtype) {
   return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) +
                               elems * DTypeSize(dtype));
 }
-
-#define OCTET_RETURN_IF_ERROR(expr)                \
-  do {                                             \
-    absl::Status octet_status_ = (expr);           \
-    if (!octet_status_.ok()) return octet_status_; \
-  } while (false)
 
 // Grows `buf` to at least `bytes`.
 absl::Status Grow(Backend& backend, DeviceBuffer& buf, size_t bytes) {
@@ -384,7 +379,7 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const void* x,
     *scale = w.input_scale.as<float>();
     OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, *scale, codes));
   } else {
-    // One dynamic scale per sequence (DESIGN.md), so batching does not
+    // One dynamic scale per sequence (docs/design.md), so batching does not
     // change a sequence's codes. A single rank's input is whole: its absmax
     // is the global one. Tensor parallelism all-reduces it here for
     // row-parallel layers.

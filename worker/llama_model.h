@@ -6,7 +6,7 @@
 // h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ. Then RMSNorm and the lm_head on the
 // last new token of each sequence. q/k/v and gate/up are fused into one GEMM
 // each; embeddings, lm_head, norms, attention and the KV cache stay
-// unquantized (DESIGN.md). With LinearMethod::kFp8 every projection
+// unquantized (docs/design.md). With LinearMethod::kFp8 every projection
 // quantizes its input with a dynamic per-tensor scale, one per sequence in
 // the batch (or the checkpoint's static input_scale), and runs the e4m3 GEMM.
 //
@@ -32,7 +32,7 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "parallel/communicator.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/kv_cache.h"
 #include "worker/linear_loader.h"
 #include "worker/shard_plan.h"

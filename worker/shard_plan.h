@@ -1,5 +1,5 @@
 // How a Llama-family model splits across `size` tensor-parallel ranks
-// (Megatron layout, DESIGN.md), and which slice rank `rank` holds:
+// (Megatron layout, docs/design.md), and which slice rank `rank` holds:
 //
 //   q/k/v, gate/up  column-parallel: each rank holds whole heads (q heads
 //                   size-th of them; KV heads likewise, or, with fewer KV
@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "worker/model_config.h"
+#include "model/model_config.h"
 
 namespace octet {
 

@@ -30,7 +30,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
-#include "worker/file_util.h"
+#include "model/file_util.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(

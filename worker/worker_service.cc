@@ -23,11 +23,36 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
+DeviceChoice ToDeviceChoice(rpc::Device d) {
+  switch (d) {
+    case rpc::DEVICE_CPU:
+      return DeviceChoice::kCpu;
+    case rpc::DEVICE_CUDA:
+      return DeviceChoice::kCuda;
+    default:
+      return DeviceChoice::kAuto;
+  }
+}
+
+CpuTransport ToCpuTransport(rpc::Transport t) {
+  return t == rpc::TRANSPORT_GLOO ? CpuTransport::kGloo : CpuTransport::kShm;
+}
+
 grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
   if (r.model_dir().empty()) return Invalid("load: model_dir is empty");
-  if (r.quantization() != "none" && r.quantization() != "fp8") {
-    return Invalid(absl::StrCat("load: quantization '", r.quantization(),
-                                "' is not none or fp8"));
+  if (r.quantization() != rpc::QUANTIZATION_NONE &&
+      r.quantization() != rpc::QUANTIZATION_FP8) {
+    return Invalid(absl::StrCat(
+        "load: quantization must be QUANTIZATION_NONE or QUANTIZATION_FP8 "
+        "(got ",
+        r.quantization(), ")"));
+  }
+  if (!rpc::Device_IsValid(r.device())) {
+    return Invalid(absl::StrCat("load: device ", r.device(), " is unknown"));
+  }
+  if (!rpc::Transport_IsValid(r.transport())) {
+    return Invalid(
+        absl::StrCat("load: transport ", r.transport(), " is unknown"));
   }
   if (r.world_size() < 1 || r.rank() < 0 || r.rank() >= r.world_size()) {
     return Invalid(absl::StrCat("load: rank ", r.rank(), " is not in [0, ",
@@ -152,8 +177,8 @@ grpc::Status WorkerService::Load(
     result->checkpoint = *std::move(ckpt);
     const int64_t layers = result->checkpoint->config().num_layers;
     const CpuKernelOptions cpu{.num_threads = r.threads()};
-    absl::StatusOr<std::unique_ptr<Backend>> backend = NewBackend(
-        r.device().empty() ? "auto" : r.device(), cpu, r.cuda_device());
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        NewBackend(ToDeviceChoice(r.device()), cpu, r.cuda_device());
     if (!backend.ok()) return backend.status();
     result->backend = *std::move(backend);
     if (r.world_size() == 1) {
@@ -170,14 +195,14 @@ grpc::Status WorkerService::Load(
               : absl::Seconds(60);
       absl::StatusOr<std::unique_ptr<Communicator>> comm =
           NewCpuCommunicator(store, r.rank(), r.world_size(),
-                             r.transport().empty() ? "shm" : r.transport(),
+                             ToCpuTransport(r.transport()),
                              r.group(), timeout, options_.collective_host);
       if (!comm.ok()) return comm.status();
       result->comm = *std::move(comm);
     }
     ModelOptions o;
-    o.method =
-        r.quantization() == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
+    o.method = r.quantization() == rpc::QUANTIZATION_FP8 ? LinearMethod::kFp8
+                                                         : LinearMethod::kNone;
     o.cpu = cpu;
     o.comm = result->comm.get();
     o.global_weight_scale = r.global_weight_scale();

@@ -21,7 +21,7 @@
 #include "kernels/sampling.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
 #include "parallel/communicator.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
 

@@ -1,5 +1,5 @@
 // Per-tensor float8 e4m3 quantization on the CPU (the contract in
-// kernels/fp8.h and DESIGN.md).
+// kernels/fp8.h and docs/design.md).
 //
 // The two halves are separate calls because tensor parallelism all-reduces
 // the absmax between them (parallel/): AbsMax -> [all-reduce MAX] ->

@@ -17,7 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "worker/backends.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/llama_model.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");

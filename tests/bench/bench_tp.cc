@@ -33,7 +33,7 @@
 #include "parallel/communicator.h"
 #include "parallel/store.h"
 #include "tests/process_util.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/llama_model.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");

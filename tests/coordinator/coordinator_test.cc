@@ -34,7 +34,7 @@
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "worker/generator.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {

@@ -20,8 +20,8 @@
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "worker/generator.h"
-#include "worker/synthetic.h"
-#include "worker/tokenizer.h"
+#include "model/synthetic.h"
+#include "model/tokenizer.h"
 
 namespace octet {
 namespace {
@@ -103,10 +103,10 @@ class EngineTest : public ::testing::Test {
       g.tp = 2;
       g.worker_program = testing::SiblingProgram("worker");
       g.load.set_model_dir(Model());
-      g.load.set_quantization("fp8");
+      g.load.set_quantization(internal::v1::QUANTIZATION_FP8);
       g.load.set_global_weight_scale(true);
-      g.load.set_transport("shm");
-      g.load.set_device("cpu");
+      g.load.set_transport(internal::v1::TRANSPORT_SHM);
+      g.load.set_device(internal::v1::DEVICE_CPU);
       g.load.set_kv_blocks(64);
       g.load.set_kv_block_size(8);
       g.load.set_threads(1);
@@ -118,10 +118,7 @@ class EngineTest : public ::testing::Test {
       }
       return group;
     };
-    o.new_decoder = [] {
-      return std::make_unique<StreamTextDecoder<TextStream>>(
-          TextStream(*tokenizer_));
-    };
+    o.tokenizer = tokenizer_;
     o.restart_backoff = absl::Milliseconds(200);
     auto e = Engine::Start(std::move(o));
     EXPECT_TRUE(e.ok()) << e.status();

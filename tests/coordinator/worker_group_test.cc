@@ -20,7 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "tests/process_util.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -47,9 +47,9 @@ class WorkerGroupTest : public ::testing::Test {
     o.tp = tp;
     o.worker_program = testing::SiblingProgram("worker");
     o.load.set_model_dir((*dir_ / "tiny").string());
-    o.load.set_quantization("fp8");
-    o.load.set_transport("shm");
-    o.load.set_device("cpu");
+    o.load.set_quantization(rpc::QUANTIZATION_FP8);
+    o.load.set_transport(rpc::TRANSPORT_SHM);
+    o.load.set_device(rpc::DEVICE_CPU);
     o.load.set_kv_blocks(32);
     o.load.set_kv_block_size(8);
     o.load.set_threads(1);
@@ -129,7 +129,7 @@ TEST_F(WorkerGroupTest, RemoteWorkersNeedTheTokenAndStepLikeSpawnedOnes) {
     o.remote.push_back(address);
   }
   o.worker_program.clear();
-  o.load.set_transport("gloo");
+  o.load.set_transport(rpc::TRANSPORT_GLOO);
   // Every interface: the workers dial the address they are called from.
   o.rendezvous_listen = "0.0.0.0:0";
   // Without the right token nothing loads, and the workers stay usable.

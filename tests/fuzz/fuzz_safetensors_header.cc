@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "worker/safetensors.h"
+#include "model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view file(reinterpret_cast<const char*>(data), size);

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
 #include "tests/worker/model_test_util.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -111,7 +111,7 @@ TEST_P(BatchingTest, BatchedPrefillGivesEachSequenceItsOwnLogitsAndScales) {
   // Stronger than equal tokens: each sequence's logits, FP8 activation codes
   // and scales are bit for bit those it gets alone, although the batch mixes
   // prompts whose activations differ in size (one scale per sequence,
-  // DESIGN.md).
+  // docs/design.md).
   auto model = Model(GetParam());
   ASSERT_NE(model, nullptr);
   auto cache = FragmentedCache(*model);

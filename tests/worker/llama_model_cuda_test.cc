@@ -16,7 +16,7 @@
 #include "tests/worker/reference_llama.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {

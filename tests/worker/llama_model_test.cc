@@ -20,7 +20,7 @@
 #include "kernels/cpu/backend.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {

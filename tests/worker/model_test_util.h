@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/backend.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
 

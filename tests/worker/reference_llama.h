@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 
 namespace octet::testing {
 

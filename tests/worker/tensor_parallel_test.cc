@@ -30,8 +30,8 @@
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/tp_requests.h"
-#include "worker/fp8_export.h"
-#include "worker/synthetic.h"
+#include "tools/fp8_export.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {

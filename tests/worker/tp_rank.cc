@@ -20,7 +20,7 @@
 #include "parallel/communicator.h"
 #include "parallel/store.h"
 #include "tests/worker/tp_requests.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
 

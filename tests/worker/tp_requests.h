@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
 

@@ -21,7 +21,7 @@
 #include "parallel/store.h"
 #include "tests/process_util.h"
 #include "worker/generator.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -109,10 +109,10 @@ class WorkerServiceTest : public ::testing::Test {
   static rpc::LoadRequest Base() {
     rpc::LoadRequest r;
     r.set_model_dir(Model());
-    r.set_quantization("fp8");
+    r.set_quantization(rpc::QUANTIZATION_FP8);
     r.set_global_weight_scale(true);
-    r.set_transport("shm");
-    r.set_device("cpu");
+    r.set_transport(rpc::TRANSPORT_SHM);
+    r.set_device(rpc::DEVICE_CPU);
     r.set_kv_blocks(kBlocks);
     r.set_kv_block_size(kBlockSize);
     r.set_threads(1);
@@ -258,10 +258,26 @@ TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.error_message().find("-missing"), std::string::npos)
       << st.error_message();
+  // Enums a sender left unset or from a newer protocol: refused, named.
   bad = Base();
-  bad.set_quantization("int4");
+  bad.set_quantization(rpc::QUANTIZATION_UNSPECIFIED);
   st = LoadAll(w, bad, nullptr)[0];
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("quantization"), std::string::npos);
+  bad = Base();
+  bad.set_quantization(static_cast<rpc::Quantization>(7));
+  st = LoadAll(w, bad, nullptr)[0];
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = Base();
+  bad.set_device(static_cast<rpc::Device>(7));
+  st = LoadAll(w, bad, nullptr)[0];
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("device"), std::string::npos);
+  bad = Base();
+  bad.set_transport(static_cast<rpc::Transport>(7));
+  st = LoadAll(w, bad, nullptr)[0];
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("transport"), std::string::npos);
   bad = Base();
   bad.set_cuda_device(-1);
   st = LoadAll(w, bad, nullptr)[0];

@@ -2,7 +2,7 @@
 // includes SentencePiece's headers or links its library. See
 // sentencepiece_bridge.h for why it is a module of its own, and why no
 // abseil header may be included here.
-#include "worker/sentencepiece_bridge.h"
+#include "model/sentencepiece_bridge.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

@@ -2,7 +2,7 @@
 // a few paragraphs written for this purpose, with the letters, digits and
 // punctuation that prompts in tests and demos use. Small on purpose: the
 // tokenizer only has to be a real SentencePiece model, not a good one.
-#include "worker/tokenizer_corpus.h"
+#include "model/tokenizer_corpus.h"
 
 namespace octet {
 

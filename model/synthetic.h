@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/model_config.h"
+#include "model/model_config.h"
 
 namespace octet {
 

@@ -1,4 +1,4 @@
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "worker/checkpoint.h"
-#include "worker/checkpoint_writer.h"
-#include "worker/safetensors.h"
-#include "worker/sentencepiece_bridge.h"
-#include "worker/tokenizer_corpus.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_writer.h"
+#include "model/safetensors.h"
+#include "model/sentencepiece_bridge.h"
+#include "model/tokenizer_corpus.h"
 
 namespace octet {
 namespace {

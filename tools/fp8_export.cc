@@ -1,4 +1,4 @@
-#include "worker/fp8_export.h"
+#include "tools/fp8_export.h"
 
 #include <filesystem>
 #include <new>
@@ -8,8 +8,8 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
-#include "worker/checkpoint.h"
-#include "worker/checkpoint_writer.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_writer.h"
 #include "worker/linear_loader.h"
 
 namespace octet {

@@ -1,4 +1,4 @@
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "worker/file_util.h"
+#include "model/file_util.h"
 
 namespace octet {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/sentencepiece_bridge.h"
+#include "model/sentencepiece_bridge.h"
 
 namespace octet::sp_bridge {
 namespace {

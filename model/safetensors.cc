@@ -1,4 +1,4 @@
-#include "worker/safetensors.h"
+#include "model/safetensors.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "worker/file_util.h"
+#include "model/file_util.h"
 
 namespace octet {
 namespace {

@@ -1,7 +1,7 @@
 // FP8 checkpoints: `octet quantize` output (layout, scales, size), loading it
 // (fused parts requantized to the largest scale, static input scales used),
 // and the errors around it.
-#include "worker/fp8_export.h"
+#include "tools/fp8_export.h"
 
 #include <gtest/gtest.h>
 
@@ -16,10 +16,10 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
 #include "tests/worker/model_test_util.h"
-#include "worker/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 #include "worker/linear_loader.h"
 #include "worker/llama_model.h"
-#include "worker/synthetic.h"
+#include "model/synthetic.h"
 
 namespace octet {
 namespace {

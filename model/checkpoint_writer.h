@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/safetensors.h"
+#include "model/safetensors.h"
 
 namespace octet {
 

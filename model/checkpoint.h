@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "worker/model_config.h"
-#include "worker/safetensors.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
 
 namespace octet {
 

@@ -25,7 +25,7 @@ struct RopeScaling {
 };
 
 // quantization_config of an FP8 checkpoint in the vLLM / llm-compressor
-// "fp8" layout (DESIGN.md).
+// "fp8" layout (docs/design.md).
 struct Fp8CheckpointConfig {
   bool static_activations = false;  // activation_scheme "static": input_scale
   std::vector<std::string> ignored_layers;  // left unquantized by the writer

@@ -1,6 +1,6 @@
 // config.json parsing: the Llama and Mistral fields octet uses, and a clear
 // error for every field it cannot honour.
-#include "worker/model_config.h"
+#include "model/model_config.h"
 
 #include <gtest/gtest.h>
 

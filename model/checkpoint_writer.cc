@@ -1,4 +1,4 @@
-#include "worker/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,12 +1,12 @@
-#include "worker/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <filesystem>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/file_util.h"
-#include "worker/sentencepiece_bridge.h"
+#include "model/file_util.h"
+#include "model/sentencepiece_bridge.h"
 
 namespace octet {
 

@@ -1,5 +1,5 @@
 // `octet quantize`: writes an FP8 checkpoint in the layout vLLM and
-// llm-compressor use (DESIGN.md): every projection weight as F8_E4M3 codes
+// llm-compressor use (docs/design.md): every projection weight as F8_E4M3 codes
 // with its own per-tensor F32 weight_scale (absmax / 448, the contract's
 // rule), everything else (embeddings, lm_head, norms) as it was, and
 // config.json's quantization_config {quant_method: fp8, activation_scheme:

@@ -1,11 +1,11 @@
-#include "worker/model_config.h"
+#include "model/model_config.h"
 
 #include <cmath>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "worker/file_util.h"
+#include "model/file_util.h"
 
 namespace octet {
 namespace {

@@ -1,6 +1,6 @@
 // The safetensors reader and writer: round trips, and every way a header can
 // lie, each rejected with an error that names the file (and the tensor).
-#include "worker/safetensors.h"
+#include "model/safetensors.h"
 
 #include <gtest/gtest.h>
 

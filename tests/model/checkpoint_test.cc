@@ -1,7 +1,7 @@
 // Checkpoint directories: synthetic ones load and validate, single-file and
 // sharded; determinism of the synthetic writer; and a clear error for each way
 // a checkpoint can disagree with its config. Also the tokenizer.
-#include "worker/checkpoint.h"
+#include "model/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "tests/process_util.h"
-#include "worker/file_util.h"
-#include "worker/synthetic.h"
-#include "worker/tokenizer.h"
-#include "worker/tokenizer_corpus.h"
+#include "model/file_util.h"
+#include "model/synthetic.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_corpus.h"
 
 namespace octet {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/file_util.h"
+#include "model/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

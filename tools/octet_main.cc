@@ -31,12 +31,12 @@
 #include "absl/strings/str_split.h"
 #include "octet/v1/generation.grpc.pb.h"
 #include "worker/backends.h"
-#include "worker/checkpoint.h"
-#include "worker/fp8_export.h"
+#include "model/checkpoint.h"
+#include "tools/fp8_export.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
-#include "worker/synthetic.h"
-#include "worker/tokenizer.h"
+#include "model/synthetic.h"
+#include "model/tokenizer.h"
 
 ABSL_FLAG(std::string, preset, "", "make-model: the model shape (see --help)");
 ABSL_FLAG(std::string, out, "",
