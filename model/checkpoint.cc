@@ -9,8 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
+#include "kernels/status_macros.h"
 #include "model/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -26,14 +27,12 @@ absl::StatusOr<std::vector<std::string>> ShardFiles(
     const std::string& dir,
     std::vector<std::pair<std::string, std::string>>* weight_map) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  absl::StatusOr<bool> indexed = PathExists(index.string());
-  if (!indexed.ok()) return indexed.status();
-  if (*indexed) {
+  OCTET_ASSIGN_OR_RETURN(const bool indexed, PathExists(index.string()));
+  if (indexed) {
     // An index lists every tensor once: a few MB even for the largest models.
-    absl::StatusOr<std::string> text =
-        ReadSmallFile(index.string(), size_t{64} << 20);
-    if (!text.ok()) return text.status();
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+    OCTET_ASSIGN_OR_RETURN(const std::string text,
+                           ReadSmallFile(index.string(), size_t{64} << 20));
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -56,10 +55,10 @@ absl::StatusOr<std::vector<std::string>> ShardFiles(
     }
     return std::vector<std::string>(files.begin(), files.end());
   }
-  absl::StatusOr<bool> single =
-      PathExists((fs::path(dir) / "model.safetensors").string());
-  if (!single.ok()) return single.status();
-  if (*single) return std::vector<std::string>{"model.safetensors"};
+  OCTET_ASSIGN_OR_RETURN(
+      const bool single,
+      PathExists((fs::path(dir) / "model.safetensors").string()));
+  if (single) return std::vector<std::string>{"model.safetensors"};
   return absl::NotFoundError(absl::StrCat(
       dir, ": no model.safetensors or model.safetensors.index.json"));
 }
@@ -104,20 +103,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = dir;
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
-  if (!config.ok()) return config.status();
-  ckpt->config_ = *std::move(config);
+  OCTET_ASSIGN_OR_RETURN(ckpt->config_, LoadModelConfig(dir));
 
   std::vector<std::pair<std::string, std::string>> weight_map;
-  absl::StatusOr<std::vector<std::string>> files = ShardFiles(dir, &weight_map);
-  if (!files.ok()) return files.status();
+  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string> files,
+                         ShardFiles(dir, &weight_map));
   absl::flat_hash_map<std::string, size_t> file_index;
-  for (const std::string& name : *files) {
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
-        SafetensorsFile::Open((fs::path(dir) / name).string());
-    if (!f.ok()) return f.status();
+  for (const std::string& name : files) {
+    OCTET_ASSIGN_OR_RETURN(
+        std::unique_ptr<SafetensorsFile> f,
+        SafetensorsFile::Open((fs::path(dir) / name).string()));
     file_index[name] = ckpt->files_.size();
-    ckpt->files_.push_back(*std::move(f));
+    ckpt->files_.push_back(std::move(f));
   }
   for (size_t i = 0; i < ckpt->files_.size(); ++i) {
     for (const SafetensorsEntry& e : ckpt->files_[i]->header().tensors) {
@@ -139,28 +136,25 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
                        "' is not in ", file));
     }
   }
-  absl::Status valid = ckpt->Validate();
-  if (!valid.ok()) return valid;
+  OCTET_RETURN_IF_ERROR(ckpt->Validate());
   return ckpt;
 }
 
 absl::Status Checkpoint::Validate() const {
   for (const ExpectedTensor& want : ExpectedTensors(config_)) {
-    absl::StatusOr<TensorView> t = Get(want.name);
-    if (!t.ok()) return t.status();
-    if (t->shape != want.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t->file, ": tensor '", want.name, "' has shape ",
-                       ShapeString(t->shape), " but config.json implies ",
-                       ShapeString(want.shape)));
+    OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(want.name));
+    if (t.shape != want.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.file, ": tensor '", want.name, "' has shape ", ShapeString(t.shape),
+          " but config.json implies ", ShapeString(want.shape)));
     }
-    if (IsFloat(t->dtype)) continue;
+    if (IsFloat(t.dtype)) continue;
     // Only the projections of an FP8 checkpoint may hold e4m3 codes, and
     // then with their scales.
-    if (!(want.linear && t->dtype == DType::kE4m3 && config_.fp8)) {
+    if (!(want.linear && t.dtype == DType::kE4m3 && config_.fp8)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          t->file, ": tensor '", want.name, "' has dtype ",
-          SafetensorsDTypeName(t->dtype),
+          t.file, ": tensor '", want.name, "' has dtype ",
+          SafetensorsDTypeName(t.dtype),
           want.linear ? " but config.json has no fp8 quantization_config"
                       : ", which only FP8 projection weights may have"));
     }
@@ -170,11 +164,10 @@ absl::Status Checkpoint::Validate() const {
     if (config_.fp8->static_activations)
       scales.push_back(stem + ".input_scale");
     for (const std::string& s : scales) {
-      absl::StatusOr<float> v = GetScalar(s);
-      if (!v.ok()) return v.status();
-      if (!(std::isfinite(*v) && *v > 0)) {
+      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(s));
+      if (!(std::isfinite(v) && v > 0)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(dir_, ": tensor '", s, "' is ", *v,
+            absl::StrCat(dir_, ": tensor '", s, "' is ", v,
                          "; a scale must be finite and > 0"));
       }
     }
@@ -211,25 +204,15 @@ std::vector<std::string> Checkpoint::TensorNames() const {
 }
 
 absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {
-  absl::StatusOr<TensorView> t = Get(name);
-  if (!t.ok()) return t.status();
-  if (t->dtype != DType::kF32 || t->num_elements() != 1 ||
-      t->shape.size() > 1) {
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(name));
+  if (t.dtype != DType::kF32 || t.num_elements() != 1 || t.shape.size() > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(t->file, ": tensor '", name,
+        absl::StrCat(t.file, ": tensor '", name,
                      "' must be a scalar F32 (shape [] or [1])"));
   }
   float v;
-  std::memcpy(&v, t->bytes.data(), sizeof(v));
+  std::memcpy(&v, t.bytes.data(), sizeof(v));
   return v;
-}
-
-uint64_t Checkpoint::TotalBytes() const {
-  uint64_t total = 0;
-  for (const auto& [name, entry] : index_) {
-    total += entry.second->end - entry.second->begin;
-  }
-  return total;
 }
 
 }  // namespace octet

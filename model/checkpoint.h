@@ -67,9 +67,6 @@ class Checkpoint {
   // Reads a scalar F32 tensor (shape [] or [1]), e.g. an FP8 weight_scale.
   absl::StatusOr<float> GetScalar(absl::string_view name) const;
 
-  // Total bytes of all tensors.
-  uint64_t TotalBytes() const;
-
  private:
   Checkpoint() = default;
   absl::Status Validate() const;

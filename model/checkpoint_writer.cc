@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {
@@ -61,16 +62,14 @@ absl::Status WriteCheckpointTensors(const std::string& dir,
       specs.push_back(t->spec);
       weight_map[t->spec.name] = file;
     }
-    absl::StatusOr<std::unique_ptr<SafetensorsWriter>> w =
+    OCTET_ASSIGN_OR_RETURN(
+        std::unique_ptr<SafetensorsWriter> w,
         SafetensorsWriter::Create((fs::path(dir) / file).string(), specs,
-                                  {{"format", "pt"}});
-    if (!w.ok()) return w.status();
+                                  {{"format", "pt"}}));
     for (const TensorSource* t : shards[s]) {
-      absl::Status st = t->write(**w);
-      if (!st.ok()) return st;
+      OCTET_RETURN_IF_ERROR(t->write(*w));
     }
-    absl::Status st = (*w)->Finish();
-    if (!st.ok()) return st;
+    OCTET_RETURN_IF_ERROR(w->Finish());
   }
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   if (shards.size() > 1) {

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 
@@ -42,9 +43,8 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(path, 4096);
-  if (!text.ok()) return text.status();
-  std::string token(absl::StripAsciiWhitespace(*text));
+  OCTET_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path, 4096));
+  std::string token(absl::StripAsciiWhitespace(text));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds no token"));
   }
@@ -53,17 +53,16 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           size_t max_bytes) {
-  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
-  if (!file.ok()) return file.status();
-  const int fd = file->fd;
+  OCTET_ASSIGN_OR_RETURN(const RegularFile file, OpenRegularFile(path));
+  const int fd = file.fd;
   absl::Status status;
   std::string bytes;
-  if (file->size > max_bytes) {
+  if (file.size > max_bytes) {
     status = absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", file->size, " bytes, more than the ",
-                     max_bytes, " allowed for this file"));
+        absl::StrCat(path, ": ", file.size, " bytes, more than the ", max_bytes,
+                     " allowed for this file"));
   } else {
-    bytes.resize(file->size);
+    bytes.resize(file.size);
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);

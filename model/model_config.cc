@@ -4,8 +4,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "kernels/status_macros.h"
 #include "model/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -63,13 +64,7 @@ class Reader {
   absl::string_view path_;
 };
 
-#define OCTET_ASSIGN_OR_RETURN_CONFIG(lhs, expr)  \
-  do {                                            \
-    auto octet_v_ = (expr);                       \
-    if (!octet_v_.ok()) return octet_v_.status(); \
-    lhs = *octet_v_;                              \
-  } while (false)
-
+// Reads torch_dtype: bfloat16 when absent.
 absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
   if (v == nullptr) return DType::kBf16;
   if (v->is_string()) {
@@ -79,6 +74,205 @@ absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
     if (s == "float16") return DType::kF16;
   }
   return r.Error("torch_dtype", "must be float32, bfloat16 or float16");
+}
+
+// Reads "architectures": exactly one, and one octet serves.
+absl::Status ReadArchitecture(const Reader& r, ModelConfig* c) {
+  const Json* arch = r.Find("architectures");
+  if (arch == nullptr || !arch->is_array() || arch->size() != 1 ||
+      !(*arch)[0].is_string()) {
+    return r.Error("architectures", "must list exactly one architecture");
+  }
+  c->architecture = (*arch)[0].get<std::string>();
+  if (c->architecture != "LlamaForCausalLM" &&
+      c->architecture != "MistralForCausalLM") {
+    return r.Error("architectures",
+                   absl::StrCat("names ", c->architecture,
+                                "; octet serves LlamaForCausalLM and "
+                                "MistralForCausalLM"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the layer sizes and head counts, and derives head_dim when absent.
+absl::Status ReadShape(const Reader& r, ModelConfig* c) {
+  OCTET_ASSIGN_OR_RETURN(c->hidden_size, r.PositiveInt("hidden_size"));
+  OCTET_ASSIGN_OR_RETURN(c->num_layers, r.PositiveInt("num_hidden_layers"));
+  OCTET_ASSIGN_OR_RETURN(c->num_heads, r.PositiveInt("num_attention_heads"));
+  OCTET_ASSIGN_OR_RETURN(c->intermediate_size,
+                         r.PositiveInt("intermediate_size"));
+  OCTET_ASSIGN_OR_RETURN(c->vocab_size, r.PositiveInt("vocab_size"));
+  OCTET_ASSIGN_OR_RETURN(c->max_position_embeddings,
+                         r.PositiveInt("max_position_embeddings"));
+  c->num_kv_heads = c->num_heads;
+  if (const Json* v = r.Find("num_key_value_heads")) {
+    OCTET_ASSIGN_OR_RETURN(c->num_kv_heads,
+                           r.PositiveInt("num_key_value_heads", *v));
+  }
+  if (c->num_heads % c->num_kv_heads != 0) {
+    return r.Error(
+        "num_key_value_heads",
+        absl::StrCat("(", c->num_kv_heads,
+                     ") must divide num_attention_heads (", c->num_heads, ")"));
+  }
+  if (const Json* v = r.Find("head_dim")) {
+    OCTET_ASSIGN_OR_RETURN(c->head_dim, r.PositiveInt("head_dim", *v));
+  } else {
+    if (c->hidden_size % c->num_heads != 0) {
+      return r.Error("hidden_size",
+                     "must be a multiple of num_attention_heads "
+                     "when head_dim is not given");
+    }
+    c->head_dim = c->hidden_size / c->num_heads;
+  }
+  if (c->head_dim % 2 != 0) return r.Error("head_dim", "must be even (RoPE)");
+  return absl::OkStatus();
+}
+
+// Reads the numerics (eps, RoPE base, tying, dtype) and refuses the
+// activations and biases octet does not implement.
+absl::Status ReadNumerics(const Reader& r, ModelConfig* c) {
+  OCTET_ASSIGN_OR_RETURN(c->rms_norm_eps,
+                         r.PositiveNumber("rms_norm_eps", 1e-6));
+  OCTET_ASSIGN_OR_RETURN(c->rope_theta,
+                         r.PositiveNumber("rope_theta", 10000.0));
+  OCTET_ASSIGN_OR_RETURN(c->tie_word_embeddings,
+                         r.Bool("tie_word_embeddings", false));
+  OCTET_ASSIGN_OR_RETURN(c->torch_dtype,
+                         ParseTorchDType(r, r.Find("torch_dtype")));
+  if (const Json* act = r.Find("hidden_act");
+      act != nullptr &&
+      !(act->is_string() && act->get<std::string>() == "silu")) {
+    return r.Error("hidden_act", "must be silu");
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    OCTET_ASSIGN_OR_RETURN(const bool b, r.Bool(bias, false));
+    if (b) return r.Error(bias, "is true; biases are not supported");
+  }
+  return absl::OkStatus();
+}
+
+// Reads the fields of a "llama3" rope_scaling object.
+absl::StatusOr<RopeScaling> ReadLlama3Scaling(const Json& rs,
+                                              absl::string_view path) {
+  const std::string rs_path = absl::StrCat(path, ": rope_scaling");
+  const Reader rr(rs, rs_path);
+  RopeScaling s;
+  OCTET_ASSIGN_OR_RETURN(s.factor, rr.PositiveNumber("factor", 0));
+  OCTET_ASSIGN_OR_RETURN(s.low_freq_factor,
+                         rr.PositiveNumber("low_freq_factor", 1.0));
+  OCTET_ASSIGN_OR_RETURN(s.high_freq_factor,
+                         rr.PositiveNumber("high_freq_factor", 4.0));
+  OCTET_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                         rr.PositiveInt("original_max_position_embeddings"));
+  if (s.factor == 0) return rr.Error("factor", "is missing");
+  if (!(s.high_freq_factor > s.low_freq_factor)) {
+    return rr.Error("high_freq_factor", "must exceed low_freq_factor");
+  }
+  return s;
+}
+
+// Reads rope_scaling: absent or "default" is plain RoPE, "llama3" is
+// supported, any other type is an error.
+absl::Status ReadRopeScaling(const Reader& r, absl::string_view path,
+                             ModelConfig* c) {
+  const Json* rs = r.Find("rope_scaling");
+  if (rs == nullptr) return absl::OkStatus();
+  if (!rs->is_object()) return r.Error("rope_scaling", "must be an object");
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = rs->find(key);
+    if (it != rs->end() && it->is_string()) type = it->get<std::string>();
+  }
+  if (type == "default") return absl::OkStatus();  // Plain RoPE, as if absent.
+  if (type != "llama3") {
+    return r.Error("rope_scaling",
+                   absl::StrCat("type '", type, "' is not supported (llama3)"));
+  }
+  OCTET_ASSIGN_OR_RETURN(c->rope_scaling, ReadLlama3Scaling(*rs, path));
+  return absl::OkStatus();
+}
+
+// Reads Mistral's sliding_window. As transformers: only Mistral has a window
+// (LlamaConfig has no such field), 4096 when the key is absent, none when it
+// is null.
+absl::Status ReadSlidingWindow(const Json& root, const Reader& r,
+                               ModelConfig* c) {
+  if (c->architecture != "MistralForCausalLM") return absl::OkStatus();
+  int64_t w = 4096;
+  if (!root.contains("sliding_window")) {
+    // the default
+  } else if (const Json* sw = r.Find("sliding_window")) {
+    OCTET_ASSIGN_OR_RETURN(w, r.PositiveInt("sliding_window", *sw));
+  } else {
+    w = 0;  // null
+  }
+  if (w > 0 && w < c->max_position_embeddings) c->sliding_window = w;
+  return absl::OkStatus();
+}
+
+// Reads bos_token_id and eos_token_id (one id or a list), all below
+// vocab_size.
+absl::Status ReadSpecialTokens(const Reader& r, ModelConfig* c) {
+  if (const Json* v = r.Find("bos_token_id")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      return r.Error("bos_token_id", "must be a token id");
+    }
+    c->bos_token_id = v->get<int64_t>();
+  }
+  if (const Json* v = r.Find("eos_token_id")) {
+    const Json list = v->is_array() ? *v : Json::array({*v});
+    for (const Json& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= c->vocab_size) {
+        return r.Error("eos_token_id", "must be token ids below vocab_size");
+      }
+      c->eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
+  if (c->bos_token_id && *c->bos_token_id >= c->vocab_size) {
+    return r.Error("bos_token_id", "must be below vocab_size");
+  }
+  return absl::OkStatus();
+}
+
+// Reads quantization_config: absent, or the vLLM per-tensor FP8 layout.
+absl::Status ReadQuantizationConfig(const Reader& r, ModelConfig* c) {
+  const Json* q = r.Find("quantization_config");
+  if (q == nullptr) return absl::OkStatus();
+  if (!q->is_object()) {
+    return r.Error("quantization_config", "must be an object");
+  }
+  auto method = q->find("quant_method");
+  if (method == q->end() || !method->is_string() ||
+      method->get<std::string>() != "fp8") {
+    return r.Error("quantization_config",
+                   "quant_method must be \"fp8\" (the vLLM FP8 layout)");
+  }
+  if (q->contains("weight_block_size") &&
+      !(*q)["weight_block_size"].is_null()) {
+    return r.Error("quantization_config",
+                   "weight_block_size: block-wise FP8 is not supported "
+                   "(per-tensor scales only)");
+  }
+  Fp8CheckpointConfig fp8;
+  auto scheme = q->find("activation_scheme");
+  const std::string s = scheme != q->end() && scheme->is_string()
+                            ? scheme->get<std::string>()
+                            : "";
+  if (s != "dynamic" && s != "static") {
+    return r.Error("quantization_config",
+                   "activation_scheme must be \"dynamic\" or \"static\"");
+  }
+  fp8.static_activations = s == "static";
+  if (auto ig = q->find("ignored_layers"); ig != q->end() && ig->is_array()) {
+    for (const Json& name : *ig) {
+      if (name.is_string())
+        fp8.ignored_layers.push_back(name.get<std::string>());
+    }
+  }
+  c->fp8 = fp8;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -93,182 +287,22 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
   }
   const Reader r(root, path);
   ModelConfig c;
-
-  const Json* arch = r.Find("architectures");
-  if (arch == nullptr || !arch->is_array() || arch->size() != 1 ||
-      !(*arch)[0].is_string()) {
-    return r.Error("architectures", "must list exactly one architecture");
-  }
-  c.architecture = (*arch)[0].get<std::string>();
-  if (c.architecture != "LlamaForCausalLM" &&
-      c.architecture != "MistralForCausalLM") {
-    return r.Error("architectures",
-                   absl::StrCat("names ", c.architecture,
-                                "; octet serves LlamaForCausalLM and "
-                                "MistralForCausalLM"));
-  }
-
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.hidden_size, r.PositiveInt("hidden_size"));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_layers,
-                                r.PositiveInt("num_hidden_layers"));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_heads,
-                                r.PositiveInt("num_attention_heads"));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.intermediate_size,
-                                r.PositiveInt("intermediate_size"));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.vocab_size, r.PositiveInt("vocab_size"));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.max_position_embeddings,
-                                r.PositiveInt("max_position_embeddings"));
-  c.num_kv_heads = c.num_heads;
-  if (const Json* v = r.Find("num_key_value_heads")) {
-    OCTET_ASSIGN_OR_RETURN_CONFIG(c.num_kv_heads,
-                                  r.PositiveInt("num_key_value_heads", *v));
-  }
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return r.Error(
-        "num_key_value_heads",
-        absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (",
-                     c.num_heads, ")"));
-  }
-  if (const Json* v = r.Find("head_dim")) {
-    OCTET_ASSIGN_OR_RETURN_CONFIG(c.head_dim, r.PositiveInt("head_dim", *v));
-  } else {
-    if (c.hidden_size % c.num_heads != 0) {
-      return r.Error("hidden_size",
-                     "must be a multiple of num_attention_heads "
-                     "when head_dim is not given");
-    }
-    c.head_dim = c.hidden_size / c.num_heads;
-  }
-  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even (RoPE)");
-
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.rms_norm_eps,
-                                r.PositiveNumber("rms_norm_eps", 1e-6));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.rope_theta,
-                                r.PositiveNumber("rope_theta", 10000.0));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.tie_word_embeddings,
-                                r.Bool("tie_word_embeddings", false));
-  OCTET_ASSIGN_OR_RETURN_CONFIG(c.torch_dtype,
-                                ParseTorchDType(r, r.Find("torch_dtype")));
-
-  if (const Json* act = r.Find("hidden_act");
-      act != nullptr &&
-      !(act->is_string() && act->get<std::string>() == "silu")) {
-    return r.Error("hidden_act", "must be silu");
-  }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    absl::StatusOr<bool> b = r.Bool(bias, false);
-    if (!b.ok()) return b.status();
-    if (*b) return r.Error(bias, "is true; biases are not supported");
-  }
-
-  if (const Json* rs = r.Find("rope_scaling")) {
-    if (!rs->is_object()) return r.Error("rope_scaling", "must be an object");
-    std::string type;
-    for (const char* key : {"rope_type", "type"}) {
-      auto it = rs->find(key);
-      if (it != rs->end() && it->is_string()) type = it->get<std::string>();
-    }
-    if (type == "default") {
-      // Plain RoPE, as if absent.
-    } else if (type != "llama3") {
-      return r.Error(
-          "rope_scaling",
-          absl::StrCat("type '", type, "' is not supported (llama3)"));
-    } else {
-      const Reader rr(*rs, absl::StrCat(path, ": rope_scaling"));
-      RopeScaling s;
-      OCTET_ASSIGN_OR_RETURN_CONFIG(s.factor, rr.PositiveNumber("factor", 0));
-      OCTET_ASSIGN_OR_RETURN_CONFIG(s.low_freq_factor,
-                                    rr.PositiveNumber("low_freq_factor", 1.0));
-      OCTET_ASSIGN_OR_RETURN_CONFIG(s.high_freq_factor,
-                                    rr.PositiveNumber("high_freq_factor", 4.0));
-      OCTET_ASSIGN_OR_RETURN_CONFIG(
-          s.original_max_position_embeddings,
-          rr.PositiveInt("original_max_position_embeddings"));
-      if (s.factor == 0) return rr.Error("factor", "is missing");
-      if (!(s.high_freq_factor > s.low_freq_factor)) {
-        return rr.Error("high_freq_factor", "must exceed low_freq_factor");
-      }
-      c.rope_scaling = s;
-    }
-  }
-
-  // As transformers: only Mistral has a window (LlamaConfig has no such
-  // field), 4096 when the key is absent, none when it is null.
-  if (c.architecture == "MistralForCausalLM") {
-    int64_t w = 4096;
-    if (!root.contains("sliding_window")) {
-      // the default
-    } else if (const Json* sw = r.Find("sliding_window")) {
-      OCTET_ASSIGN_OR_RETURN_CONFIG(w, r.PositiveInt("sliding_window", *sw));
-    } else {
-      w = 0;  // null
-    }
-    if (w > 0 && w < c.max_position_embeddings) c.sliding_window = w;
-  }
-
-  if (const Json* v = r.Find("bos_token_id")) {
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
-      return r.Error("bos_token_id", "must be a token id");
-    }
-    c.bos_token_id = v->get<int64_t>();
-  }
-  if (const Json* v = r.Find("eos_token_id")) {
-    const Json list = v->is_array() ? *v : Json::array({*v});
-    for (const Json& id : list) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-          id.get<int64_t>() >= c.vocab_size) {
-        return r.Error("eos_token_id", "must be token ids below vocab_size");
-      }
-      c.eos_token_ids.push_back(id.get<int64_t>());
-    }
-  }
-  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size) {
-    return r.Error("bos_token_id", "must be below vocab_size");
-  }
-
-  if (const Json* q = r.Find("quantization_config")) {
-    if (!q->is_object())
-      return r.Error("quantization_config", "must be an object");
-    auto method = q->find("quant_method");
-    if (method == q->end() || !method->is_string() ||
-        method->get<std::string>() != "fp8") {
-      return r.Error("quantization_config",
-                     "quant_method must be \"fp8\" (the vLLM FP8 layout)");
-    }
-    if (q->contains("weight_block_size") &&
-        !(*q)["weight_block_size"].is_null()) {
-      return r.Error("quantization_config",
-                     "weight_block_size: block-wise FP8 is not supported "
-                     "(per-tensor scales only)");
-    }
-    Fp8CheckpointConfig fp8;
-    auto scheme = q->find("activation_scheme");
-    const std::string s = scheme != q->end() && scheme->is_string()
-                              ? scheme->get<std::string>()
-                              : "";
-    if (s != "dynamic" && s != "static") {
-      return r.Error("quantization_config",
-                     "activation_scheme must be \"dynamic\" or \"static\"");
-    }
-    fp8.static_activations = s == "static";
-    if (auto ig = q->find("ignored_layers"); ig != q->end() && ig->is_array()) {
-      for (const Json& name : *ig) {
-        if (name.is_string())
-          fp8.ignored_layers.push_back(name.get<std::string>());
-      }
-    }
-    c.fp8 = fp8;
-  }
+  OCTET_RETURN_IF_ERROR(ReadArchitecture(r, &c));
+  OCTET_RETURN_IF_ERROR(ReadShape(r, &c));
+  OCTET_RETURN_IF_ERROR(ReadNumerics(r, &c));
+  OCTET_RETURN_IF_ERROR(ReadRopeScaling(r, path, &c));
+  OCTET_RETURN_IF_ERROR(ReadSlidingWindow(root, r, &c));
+  OCTET_RETURN_IF_ERROR(ReadSpecialTokens(r, &c));
+  OCTET_RETURN_IF_ERROR(ReadQuantizationConfig(r, &c));
   return c;
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // real ones: ~1 KB
   const std::string path = absl::StrCat(model_dir, "/config.json");
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxConfigBytes);
-  if (!text.ok()) return text.status();
-  return ParseModelConfig(*text, path);
+  OCTET_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(path, kMaxConfigBytes));
+  return ParseModelConfig(text, path);
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {

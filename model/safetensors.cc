@@ -11,8 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "kernels/status_macros.h"
 #include "model/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -49,6 +50,187 @@ bool AsUint(const Json& j, uint64_t* out) {
   return false;
 }
 
+// Reads the 8-byte header length and returns the header text it covers.
+absl::StatusOr<absl::string_view> HeaderText(absl::string_view file,
+                                             absl::string_view path) {
+  if (file.size() < 8) {
+    return Bad(path,
+               absl::StrCat("truncated: ", file.size(),
+                            " bytes, shorter than the 8-byte header length"));
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_len = (header_len << 8) | static_cast<uint8_t>(file[i]);
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return Bad(path, absl::StrCat("header length ", header_len,
+                                  " exceeds the 100 MB limit"));
+  }
+  if (header_len > file.size() - 8) {
+    return Bad(path,
+               absl::StrCat("truncated: header length ", header_len,
+                            " but only ", file.size() - 8, " bytes follow"));
+  }
+  return file.substr(8, header_len);
+}
+
+// Parses the header text as a JSON object, rejecting duplicate top-level
+// names (a JSON object that names a tensor twice is ambiguous; nlohmann
+// would silently keep the last).
+absl::StatusOr<Json> ParseHeaderJson(absl::string_view text,
+                                     absl::string_view path) {
+  std::set<std::string> seen;
+  std::string duplicate;
+  const Json::parser_callback_t on_event = [&](int depth,
+                                               Json::parse_event_t event,
+                                               Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key &&
+        !seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  Json root = Json::parse(text.begin(), text.end(), on_event,
+                          /*allow_exceptions=*/false);
+  if (root.is_discarded()) return Bad(path, "header is not well-formed JSON");
+  if (!root.is_object()) return Bad(path, "header is not a JSON object");
+  if (!duplicate.empty()) {
+    return Bad(path, absl::StrCat("tensor '", duplicate, "' is listed twice"));
+  }
+  return root;
+}
+
+// Copies the __metadata__ object, whose values must all be strings.
+absl::Status ReadMetadata(const Json& value, absl::string_view path,
+                          std::map<std::string, std::string>* metadata) {
+  if (!value.is_object()) return Bad(path, "__metadata__ is not an object");
+  for (const auto& [key, v] : value.items()) {
+    if (!v.is_string()) {
+      return Bad(
+          path, absl::StrCat("__metadata__ value '", key, "' is not a string"));
+    }
+    (*metadata)[key] = v.get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// An error about tensor `tensor` of the file at `path`.
+absl::Status BadTensor(absl::string_view path, absl::string_view tensor,
+                       absl::string_view what) {
+  return Bad(path, absl::StrCat("tensor '", tensor, "': ", what));
+}
+
+// Reads a tensor entry's dtype and shape into `e`; returns its element count.
+absl::StatusOr<uint64_t> ReadDTypeAndShape(const Json& value,
+                                           absl::string_view path,
+                                           SafetensorsEntry* e) {
+  const auto dtype = value.find("dtype");
+  if (dtype == value.end() || !dtype->is_string()) {
+    return BadTensor(path, e->name, "no dtype string");
+  }
+  absl::StatusOr<DType> d = ParseDType(dtype->get<std::string>());
+  if (!d.ok()) return BadTensor(path, e->name, d.status().message());
+  e->dtype = *d;
+  const auto shape = value.find("shape");
+  if (shape == value.end() || !shape->is_array()) {
+    return BadTensor(path, e->name, "no shape array");
+  }
+  if (shape->size() > 8) {
+    return BadTensor(path, e->name, "more than 8 dimensions");
+  }
+  uint64_t elements = 1;
+  for (const Json& dim : *shape) {
+    uint64_t v = 0;
+    if (!AsUint(dim, &v) || v > (uint64_t{1} << 40)) {
+      return BadTensor(
+          path, e->name,
+          "shape holds something other than a dimension in [0, 2^40]");
+    }
+    if (__builtin_mul_overflow(elements, v, &elements) ||
+        elements > (uint64_t{1} << 50)) {
+      return BadTensor(path, e->name, "element count overflows");
+    }
+    e->shape.push_back(static_cast<int64_t>(v));
+  }
+  return elements;
+}
+
+// Reads a tensor entry's data_offsets into `e` and checks that they lie in
+// the data section and span the bytes `elements` of its dtype need.
+absl::Status ReadOffsets(const Json& value, uint64_t elements,
+                         uint64_t data_size, absl::string_view path,
+                         SafetensorsEntry* e) {
+  const auto offsets = value.find("data_offsets");
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !AsUint((*offsets)[0], &e->begin) || !AsUint((*offsets)[1], &e->end)) {
+    return BadTensor(path, e->name,
+                     "data_offsets is not a pair of non-negative integers");
+  }
+  if (e->begin > e->end) {
+    return BadTensor(path, e->name, "data_offsets end before they begin");
+  }
+  if (e->end > data_size) {
+    return BadTensor(
+        path, e->name,
+        absl::StrCat("data [", e->begin, ", ", e->end,
+                     ") runs past the end of the file (data section is ",
+                     data_size, " bytes; truncated?)"));
+  }
+  const uint64_t want = elements * DTypeSize(e->dtype);
+  if (e->end - e->begin != want) {
+    return BadTensor(path, e->name,
+                     absl::StrCat("holds ", e->end - e->begin, " bytes but ",
+                                  SafetensorsDTypeName(e->dtype), " x ",
+                                  elements, " elements needs ", want));
+  }
+  return absl::OkStatus();
+}
+
+// Parses the header entry of tensor `name`.
+absl::StatusOr<SafetensorsEntry> ParseTensorEntry(const std::string& name,
+                                                  const Json& value,
+                                                  uint64_t data_size,
+                                                  absl::string_view path) {
+  if (!value.is_object()) {
+    return BadTensor(path, name, "entry is not an object");
+  }
+  SafetensorsEntry e;
+  e.name = name;
+  OCTET_ASSIGN_OR_RETURN(const uint64_t elements,
+                         ReadDTypeAndShape(value, path, &e));
+  OCTET_RETURN_IF_ERROR(ReadOffsets(value, elements, data_size, path, &e));
+  return e;
+}
+
+// Sorts the tensors by offset and checks that there are no overlaps and no
+// holes: each tensor starts where the previous one ended, and the last ends
+// where the file does.
+absl::Status SortAndCheckCoverage(uint64_t data_size, absl::string_view path,
+                                  std::vector<SafetensorsEntry>* tensors) {
+  std::sort(tensors->begin(), tensors->end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t covered = 0;
+  for (const SafetensorsEntry& e : *tensors) {
+    if (e.begin < covered) {
+      return Bad(path, absl::StrCat("tensor '", e.name,
+                                    "' overlaps the tensor before it"));
+    }
+    if (e.begin > covered) {
+      return Bad(path,
+                 absl::StrCat("bytes [", covered, ", ", e.begin,
+                              ") of the data section belong to no tensor"));
+    }
+    covered = e.end;
+  }
+  if (covered != data_size) {
+    return Bad(path, absl::StrCat("the last ", data_size - covered,
+                                  " bytes of the file belong to no tensor"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t SafetensorsEntry::num_elements() const {
@@ -73,147 +255,31 @@ absl::string_view SafetensorsDTypeName(DType dtype) {
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
     absl::string_view file, absl::string_view path) {
-  if (file.size() < 8) {
-    return Bad(path,
-               absl::StrCat("truncated: ", file.size(),
-                            " bytes, shorter than the 8-byte header length"));
-  }
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) {
-    header_len = (header_len << 8) | static_cast<uint8_t>(file[i]);
-  }
-  if (header_len > kMaxHeaderBytes) {
-    return Bad(path, absl::StrCat("header length ", header_len,
-                                  " exceeds the 100 MB limit"));
-  }
-  if (header_len > file.size() - 8) {
-    return Bad(path,
-               absl::StrCat("truncated: header length ", header_len,
-                            " but only ", file.size() - 8, " bytes follow"));
-  }
-  const absl::string_view text = file.substr(8, header_len);
-
-  // Parse, rejecting duplicate top-level names (a JSON object that names a
-  // tensor twice is ambiguous; nlohmann would silently keep the last).
-  std::set<std::string> seen;
-  std::string duplicate;
-  const Json::parser_callback_t on_event = [&](int depth,
-                                               Json::parse_event_t event,
-                                               Json& parsed) {
-    if (depth == 1 && event == Json::parse_event_t::key &&
-        !seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  const Json root = Json::parse(text.begin(), text.end(), on_event,
-                                /*allow_exceptions=*/false);
-  if (root.is_discarded()) return Bad(path, "header is not well-formed JSON");
-  if (!root.is_object()) return Bad(path, "header is not a JSON object");
-  if (!duplicate.empty()) {
-    return Bad(path, absl::StrCat("tensor '", duplicate, "' is listed twice"));
-  }
-
+  OCTET_ASSIGN_OR_RETURN(const absl::string_view text, HeaderText(file, path));
+  OCTET_ASSIGN_OR_RETURN(const Json root, ParseHeaderJson(text, path));
   SafetensorsHeader header;
-  header.data_offset = 8 + header_len;
+  header.data_offset = 8 + text.size();
   const uint64_t data_size = file.size() - header.data_offset;
   for (const auto& [name, value] : root.items()) {
     if (name == "__metadata__") {
-      if (!value.is_object()) return Bad(path, "__metadata__ is not an object");
-      for (const auto& [key, v] : value.items()) {
-        if (!v.is_string()) {
-          return Bad(path, absl::StrCat("__metadata__ value '", key,
-                                        "' is not a string"));
-        }
-        header.metadata[key] = v.get<std::string>();
-      }
+      OCTET_RETURN_IF_ERROR(ReadMetadata(value, path, &header.metadata));
       continue;
     }
-    const std::string& tensor = name;  // (clang 14 cannot capture bindings)
-    auto bad = [&](absl::string_view what) {
-      return Bad(path, absl::StrCat("tensor '", tensor, "': ", what));
-    };
-    if (!value.is_object()) return bad("entry is not an object");
-    SafetensorsEntry e;
-    e.name = name;
-    const auto dtype = value.find("dtype");
-    if (dtype == value.end() || !dtype->is_string())
-      return bad("no dtype string");
-    absl::StatusOr<DType> d = ParseDType(dtype->get<std::string>());
-    if (!d.ok()) return bad(d.status().message());
-    e.dtype = *d;
-    const auto shape = value.find("shape");
-    if (shape == value.end() || !shape->is_array())
-      return bad("no shape array");
-    if (shape->size() > 8) return bad("more than 8 dimensions");
-    uint64_t elements = 1;
-    for (const Json& dim : *shape) {
-      uint64_t v = 0;
-      if (!AsUint(dim, &v) || v > (uint64_t{1} << 40)) {
-        return bad("shape holds something other than a dimension in [0, 2^40]");
-      }
-      if (__builtin_mul_overflow(elements, v, &elements) ||
-          elements > (uint64_t{1} << 50)) {
-        return bad("element count overflows");
-      }
-      e.shape.push_back(static_cast<int64_t>(v));
-    }
-    const auto offsets = value.find("data_offsets");
-    if (offsets == value.end() || !offsets->is_array() ||
-        offsets->size() != 2 || !AsUint((*offsets)[0], &e.begin) ||
-        !AsUint((*offsets)[1], &e.end)) {
-      return bad("data_offsets is not a pair of non-negative integers");
-    }
-    if (e.begin > e.end) return bad("data_offsets end before they begin");
-    if (e.end > data_size) {
-      return bad(
-          absl::StrCat("data [", e.begin, ", ", e.end,
-                       ") runs past the end of the file (data section is ",
-                       data_size, " bytes; truncated?)"));
-    }
-    const uint64_t want = elements * DTypeSize(e.dtype);
-    if (e.end - e.begin != want) {
-      return bad(absl::StrCat("holds ", e.end - e.begin, " bytes but ",
-                              SafetensorsDTypeName(e.dtype), " x ", elements,
-                              " elements needs ", want));
-    }
+    OCTET_ASSIGN_OR_RETURN(SafetensorsEntry e,
+                           ParseTensorEntry(name, value, data_size, path));
     header.tensors.push_back(std::move(e));
   }
-
-  // No overlaps and no holes: sorted by offset, each tensor starts where the
-  // previous one ended, and the last ends where the file does.
-  std::sort(header.tensors.begin(), header.tensors.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-            });
-  uint64_t covered = 0;
-  for (const SafetensorsEntry& e : header.tensors) {
-    if (e.begin < covered) {
-      return Bad(path, absl::StrCat("tensor '", e.name,
-                                    "' overlaps the tensor before it"));
-    }
-    if (e.begin > covered) {
-      return Bad(path,
-                 absl::StrCat("bytes [", covered, ", ", e.begin,
-                              ") of the data section belong to no tensor"));
-    }
-    covered = e.end;
-  }
-  if (covered != data_size) {
-    return Bad(path, absl::StrCat("the last ", data_size - covered,
-                                  " bytes of the file belong to no tensor"));
-  }
+  OCTET_RETURN_IF_ERROR(SortAndCheckCoverage(data_size, path, &header.tensors));
   return header;
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
-  if (!file.ok()) return file.status();
-  const int fd = file->fd;
+  OCTET_ASSIGN_OR_RETURN(const RegularFile file, OpenRegularFile(path));
+  const int fd = file.fd;
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->size_ = file->size;
+  f->size_ = file.size;
   if (f->size_ > 0) {
     void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
@@ -225,11 +291,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     f->map_ = static_cast<const uint8_t*>(map);
   }
   ::close(fd);
-  absl::StatusOr<SafetensorsHeader> header = ParseSafetensorsHeader(
-      absl::string_view(reinterpret_cast<const char*>(f->map_), f->size_),
-      path);
-  if (!header.ok()) return header.status();
-  f->header_ = *std::move(header);
+  OCTET_ASSIGN_OR_RETURN(
+      f->header_,
+      ParseSafetensorsHeader(
+          absl::string_view(reinterpret_cast<const char*>(f->map_), f->size_),
+          path));
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) {
     f->index_[f->header_.tensors[i].name] = i;
   }
@@ -369,14 +435,12 @@ absl::Status WriteSafetensors(
     }
     specs.push_back({t.name, t.dtype, t.shape});
   }
-  absl::StatusOr<std::unique_ptr<SafetensorsWriter>> w =
-      SafetensorsWriter::Create(path, specs, metadata);
-  if (!w.ok()) return w.status();
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> w,
+                         SafetensorsWriter::Create(path, specs, metadata));
   for (const SafetensorsTensor& t : tensors) {
-    absl::Status s = (*w)->Write(t.data);
-    if (!s.ok()) return s;
+    OCTET_RETURN_IF_ERROR(w->Write(t.data));
   }
-  return (*w)->Finish();
+  return w->Finish();
 }
 
 }  // namespace octet

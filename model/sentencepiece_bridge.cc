@@ -31,7 +31,6 @@ class SpProcessor : public Processor {
   int PieceSize() const override { return sp.GetPieceSize(); }
   int BosId() const override { return sp.bos_id(); }
   int EosId() const override { return sp.eos_id(); }
-  std::string IdToPiece(int id) const override { return sp.IdToPiece(id); }
 };
 
 class VectorIterator : public sentencepiece::SentenceIterator {

@@ -10,7 +10,7 @@
 // of the program never sees it. And sentencepiece_processor.h declares
 // `namespace absl { using std::string_view; }`, which collides with
 // abseil's absl::string_view in any file that includes both, so
-// worker/tokenizer.h (absl-based) builds on this interface instead.
+// model/tokenizer.h (absl-based) builds on this interface instead.
 #pragma once
 
 #include <memory>
@@ -29,7 +29,6 @@ class Processor {
   virtual int PieceSize() const = 0;
   virtual int BosId() const = 0;  // -1 when the model has none
   virtual int EosId() const = 0;
-  virtual std::string IdToPiece(int id) const = 0;
 };
 
 // True when the SentencePiece module could be loaded; false with *error
@@ -49,9 +48,8 @@ struct TrainOptions {
 };
 
 // Trains a Llama-style BPE model (byte fallback, identity normalization,
-// <unk>=0, <s>=1, </s>=2) on
-// `sentences`, single-threaded so that the result is deterministic. Returns
-// the serialized model, or false with *error set.
+// <unk>=0, <s>=1, </s>=2) on `sentences`, single-threaded so that the result
+// is deterministic. Returns the serialized model, or false with *error set.
 bool TrainBpe(const std::vector<std::string>& sentences,
               const TrainOptions& options, std::string* serialized,
               std::string* error);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
+#include "kernels/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "model/safetensors.h"
@@ -123,9 +124,8 @@ absl::Status WriteTensorData(SafetensorsWriter& w, const ExpectedTensor& t,
         std::memcpy(out, &h, 2);
       }
     }
-    absl::Status s =
-        w.Write({buf.data(), static_cast<size_t>(len) * DTypeSize(dtype)});
-    if (!s.ok()) return s;
+    OCTET_RETURN_IF_ERROR(
+        w.Write({buf.data(), static_cast<size_t>(len) * DTypeSize(dtype)}));
   }
   return absl::OkStatus();
 }
@@ -210,16 +210,15 @@ absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
                                                 options.dtype, options.seed);
                        }});
   }
-  absl::Status st = WriteCheckpointTensors(dir, sources, options.shard_bytes);
-  if (!st.ok()) return st;
-  st = WriteTextFile((fs::path(dir) / "config.json").string(),
-                     ModelConfigToJson(c));
-  if (!st.ok()) return st;
+  OCTET_RETURN_IF_ERROR(
+      WriteCheckpointTensors(dir, sources, options.shard_bytes));
+  OCTET_RETURN_IF_ERROR(WriteTextFile((fs::path(dir) / "config.json").string(),
+                                      ModelConfigToJson(c)));
   if (options.tokenizer) {
-    absl::StatusOr<std::string> tok = TrainSyntheticTokenizer(c.vocab_size);
-    if (!tok.ok()) return tok.status();
-    st = WriteTextFile((fs::path(dir) / "tokenizer.model").string(), *tok);
-    if (!st.ok()) return st;
+    OCTET_ASSIGN_OR_RETURN(const std::string tok,
+                           TrainSyntheticTokenizer(c.vocab_size));
+    OCTET_RETURN_IF_ERROR(
+        WriteTextFile((fs::path(dir) / "tokenizer.model").string(), tok));
   }
   return absl::OkStatus();
 }

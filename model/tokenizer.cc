@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 #include "model/file_util.h"
 #include "model/sentencepiece_bridge.h"
 
@@ -19,9 +20,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   const std::string path =
       (std::filesystem::path(dir) / "tokenizer.model").string();
   // SentencePiece models are a few MB at most.
-  absl::StatusOr<std::string> bytes = ReadSmallFile(path, size_t{64} << 20);
-  if (!bytes.ok()) return bytes.status();
-  return FromSerialized(*bytes, path);
+  OCTET_ASSIGN_OR_RETURN(const std::string bytes,
+                         ReadSmallFile(path, size_t{64} << 20));
+  return FromSerialized(bytes, path);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(

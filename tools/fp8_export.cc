@@ -8,6 +8,7 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
+#include "kernels/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "worker/linear_loader.h"
@@ -52,9 +53,9 @@ absl::Status QuantizeInto(const TensorView& t, const CpuKernelOptions& o,
 // ExportFp8Checkpoint's work; it may throw std::bad_alloc.
 absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                     const Fp8ExportOptions& options) {
-  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(in_dir);
-  if (!ckpt.ok()) return ckpt.status();
-  const ModelConfig& in_config = (*ckpt)->config();
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                         Checkpoint::Open(in_dir));
+  const ModelConfig& in_config = ckpt->config();
   if (in_config.fp8) {
     return absl::FailedPreconditionError(
         absl::StrCat(in_dir, ": already an FP8 checkpoint"));
@@ -69,14 +70,12 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
   std::vector<TensorSource> sources;
   for (size_t i = 0; i < expected.size(); ++i) {
     const ExpectedTensor& e = expected[i];
-    absl::StatusOr<TensorView> t = (*ckpt)->Get(e.name);
-    if (!t.ok()) return t.status();
-    const TensorView view = *t;
+    OCTET_ASSIGN_OR_RETURN(const TensorView view, ckpt->Get(e.name));
     if (!e.linear) {
       sources.push_back({{e.name, view.dtype, view.shape},
                          [view, &ckpt](SafetensorsWriter& w) {
                            absl::Status s = w.Write(view.bytes);
-                           (*ckpt)->ReleasePages(view.name);
+                           ckpt->ReleasePages(view.name);
                            return s;
                          }});
       continue;
@@ -86,7 +85,7 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                        [view, scale, &options, &ckpt](SafetensorsWriter& w) {
                          absl::Status s =
                              QuantizeInto(view, options.cpu, w, scale);
-                         (*ckpt)->ReleasePages(view.name);
+                         ckpt->ReleasePages(view.name);
                          return s;
                        }});
     sources.push_back(
@@ -95,15 +94,13 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                {reinterpret_cast<const uint8_t*>(scale), sizeof(float)});
          }});
   }
-  absl::Status st =
-      WriteCheckpointTensors(out_dir, sources, options.shard_bytes);
-  if (!st.ok()) return st;
+  OCTET_RETURN_IF_ERROR(
+      WriteCheckpointTensors(out_dir, sources, options.shard_bytes));
 
   ModelConfig config = in_config;
   config.fp8 = Fp8CheckpointConfig{false, {"lm_head"}};
-  st = WriteTextFile((fs::path(out_dir) / "config.json").string(),
-                     ModelConfigToJson(config));
-  if (!st.ok()) return st;
+  OCTET_RETURN_IF_ERROR(WriteTextFile(
+      (fs::path(out_dir) / "config.json").string(), ModelConfigToJson(config)));
   const fs::path tokenizer = fs::path(in_dir) / "tokenizer.model";
   if (fs::exists(tokenizer)) {
     std::error_code ec;

@@ -29,14 +29,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "octet/v1/generation.grpc.pb.h"
-#include "worker/backends.h"
+#include "kernels/status_macros.h"
 #include "model/checkpoint.h"
-#include "tools/fp8_export.h"
-#include "worker/generator.h"
-#include "worker/llama_model.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
+#include "octet/v1/generation.grpc.pb.h"
+#include "tools/fp8_export.h"
+#include "worker/backends.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
 
 ABSL_FLAG(std::string, preset, "", "make-model: the model shape (see --help)");
 ABSL_FLAG(std::string, out, "",
@@ -160,13 +161,14 @@ const char* FinishName(v1::FinishReason r) {
   }
 }
 
-// generate --server: the same request through a coordinator's public API.
-int GenerateRemote(const std::string& server) {
+// generate --server: the request the flags describe; a bad flag is a usage
+// error.
+absl::StatusOr<v1::GenerateRequest> RemoteRequestFromFlags() {
   v1::GenerateRequest request;
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   const std::string prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
   if (prompt.empty() == prompt_ids.empty()) {
-    return UsageError(
+    return absl::InvalidArgumentError(
         "generate needs exactly one of --prompt and --prompt_ids");
   }
   if (!prompt.empty()) request.set_text(prompt);
@@ -174,7 +176,7 @@ int GenerateRemote(const std::string& server) {
        absl::StrSplit(prompt_ids, ',', absl::SkipEmpty())) {
     int32_t v;
     if (!absl::SimpleAtoi(id, &v)) {
-      return UsageError(
+      return absl::InvalidArgumentError(
           absl::StrCat("--prompt_ids: '", id, "' is not a token id"));
     }
     request.mutable_token_ids()->add_ids(v);
@@ -189,164 +191,261 @@ int GenerateRemote(const std::string& server) {
   request.mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
   const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
   if (max_tokens <= 0 || max_tokens > UINT32_MAX) {
-    return UsageError("--max_tokens: must be > 0");
+    return absl::InvalidArgumentError("--max_tokens: must be > 0");
   }
   request.mutable_stopping()->set_max_new_tokens(
       static_cast<uint32_t>(max_tokens));
   request.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
+  return request;
+}
+
+// How a remote generation ended, besides its text.
+struct RemoteOutcome {
+  grpc::Status status;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage;
   v1::Timings timings;
-  grpc::Status status;
-  if (absl::GetFlag(FLAGS_stream)) {
-    auto reader = stub->GenerateStream(&context, request);
-    v1::GenerateStreamResponse m;
-    while (reader->Read(&m)) {
-      std::fwrite(m.text().data(), 1, m.text().size(), stdout);
-      std::fflush(stdout);
-      if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-        finish = m.finish_reason();
-        usage = m.usage();
-        timings = m.timings();
-      }
+};
+
+// Sends the request as a stream, printing the text as the tokens arrive.
+RemoteOutcome GenerateStreaming(v1::Generation::Stub& stub,
+                                const v1::GenerateRequest& request) {
+  RemoteOutcome out;
+  grpc::ClientContext context;
+  auto reader = stub.GenerateStream(&context, request);
+  v1::GenerateStreamResponse m;
+  while (reader->Read(&m)) {
+    std::fwrite(m.text().data(), 1, m.text().size(), stdout);
+    std::fflush(stdout);
+    if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      out.finish = m.finish_reason();
+      out.usage = m.usage();
+      out.timings = m.timings();
     }
-    status = reader->Finish();
-  } else {
-    v1::GenerateResponse r;
-    status = stub->Generate(&context, request, &r);
-    std::fwrite(r.text().data(), 1, r.text().size(), stdout);
-    finish = r.finish_reason();
-    usage = r.usage();
-    timings = r.timings();
   }
+  out.status = reader->Finish();
+  return out;
+}
+
+// Sends the request in one call and prints the whole text.
+RemoteOutcome GenerateUnary(v1::Generation::Stub& stub,
+                            const v1::GenerateRequest& request) {
+  RemoteOutcome out;
+  grpc::ClientContext context;
+  v1::GenerateResponse r;
+  out.status = stub.Generate(&context, request, &r);
+  std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+  out.finish = r.finish_reason();
+  out.usage = r.usage();
+  out.timings = r.timings();
+  return out;
+}
+
+// generate --server: the same request through a coordinator's public API.
+int GenerateRemote(const std::string& server) {
+  const absl::StatusOr<v1::GenerateRequest> request = RemoteRequestFromFlags();
+  if (!request.ok()) return UsageError(std::string(request.status().message()));
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  const RemoteOutcome out = absl::GetFlag(FLAGS_stream)
+                                ? GenerateStreaming(*stub, *request)
+                                : GenerateUnary(*stub, *request);
   std::printf("\n");
   std::fflush(stdout);
-  if (!status.ok()) {
+  if (!out.status.ok()) {
     std::fprintf(stderr, "octet: %s: %s\n", server.c_str(),
-                 status.error_message().c_str());
+                 out.status.error_message().c_str());
     return 1;
   }
   std::fprintf(stderr,
                "octet: %u prompt + %u generated tokens, first token after "
                "%.1f ms, %.1f ms in all, finish: %s\n",
-               usage.prompt_tokens(), usage.completion_tokens(),
-               timings.time_to_first_token_seconds() * 1e3,
-               timings.total_seconds() * 1e3, FinishName(finish));
+               out.usage.prompt_tokens(), out.usage.completion_tokens(),
+               out.timings.time_to_first_token_seconds() * 1e3,
+               out.timings.total_seconds() * 1e3, FinishName(out.finish));
   return 0;
 }
 
-int Generate() {
-  if (const std::string server = absl::GetFlag(FLAGS_server); !server.empty()) {
-    return GenerateRemote(server);
-  }
-  const std::string dir = absl::GetFlag(FLAGS_model);
-  if (dir.empty()) return UsageError("generate needs --model DIR");
+// The flags of a local `octet generate`, checked.
+struct GenerateFlags {
+  std::string dir;           // --model
+  std::string quantization;  // "none" or "fp8"
+  std::string device;        // "auto", "cpu" or "cuda"
+  std::string prompt;        // --prompt text; empty with --prompt_ids
   ModelOptions options;
-  const std::string quantization = absl::GetFlag(FLAGS_quantization);
-  if (quantization == "fp8") {
-    options.method = LinearMethod::kFp8;
-  } else if (quantization != "none") {
-    return UsageError(absl::StrCat("--quantization: '", quantization,
-                                   "' is not none or fp8"));
-  }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "auto" && device != "cpu" && device != "cuda") {
-    return UsageError(
-        absl::StrCat("--device: '", device, "' is not auto, cpu or cuda"));
-  }
-  absl::StatusOr<CpuKernelOptions> cpu = CpuOptions();
-  if (!cpu.ok()) return UsageError(std::string(cpu.status().message()));
-  options.cpu = *cpu;
-  GenerationRequest request;
-  request.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
-  if (request.max_new_tokens <= 0)
-    return UsageError("--max_tokens: must be > 0");
-  request.sampling = {static_cast<float>(absl::GetFlag(FLAGS_temperature)),
-                      absl::GetFlag(FLAGS_top_k),
-                      static_cast<float>(absl::GetFlag(FLAGS_top_p)),
-                      absl::GetFlag(FLAGS_seed)};
-  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) {
-    return UsageError(std::string(s.message()));
-  }
-  const std::string prompt = absl::GetFlag(FLAGS_prompt);
-  const std::string prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+  GenerationRequest request;  // holds the --prompt_ids ids, if given
+};
+
+// Reads --prompt_ids into `request`; exactly one of --prompt and
+// --prompt_ids must be given.
+absl::Status ReadPromptIds(const std::string& prompt,
+                           const std::string& prompt_ids,
+                           GenerationRequest* request) {
   if (prompt.empty() == prompt_ids.empty()) {
-    return UsageError(
+    return absl::InvalidArgumentError(
         "generate needs exactly one of --prompt and --prompt_ids");
   }
   for (absl::string_view id :
        absl::StrSplit(prompt_ids, ',', absl::SkipEmpty())) {
     int32_t v;
     if (!absl::SimpleAtoi(id, &v) || v < 0) {
-      return UsageError(
+      return absl::InvalidArgumentError(
           absl::StrCat("--prompt_ids: '", id, "' is not a token id"));
     }
-    request.prompt.push_back(v);
+    request->prompt.push_back(v);
   }
-  if (!prompt_ids.empty() && request.prompt.empty()) {
-    return UsageError("--prompt_ids: lists no token ids");
+  if (!prompt_ids.empty() && request->prompt.empty()) {
+    return absl::InvalidArgumentError("--prompt_ids: lists no token ids");
   }
+  return absl::OkStatus();
+}
 
-  const auto load_start = Clock::now();
-  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
-  if (!ckpt.ok()) return Failed(ckpt.status());
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
-      t.ok()) {
-    tokenizer = *std::move(t);
-  } else if (t.status().code() != absl::StatusCode::kNotFound) {
-    return Failed(t.status());
+// Reads and checks the flags of a local generate; an error is a usage error.
+absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
+  GenerateFlags f;
+  f.dir = absl::GetFlag(FLAGS_model);
+  if (f.dir.empty()) {
+    return absl::InvalidArgumentError("generate needs --model DIR");
   }
+  f.quantization = absl::GetFlag(FLAGS_quantization);
+  if (f.quantization == "fp8") {
+    f.options.method = LinearMethod::kFp8;
+  } else if (f.quantization != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization: '", f.quantization, "' is not none or fp8"));
+  }
+  f.device = absl::GetFlag(FLAGS_device);
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: '", f.device, "' is not auto, cpu or cuda"));
+  }
+  OCTET_ASSIGN_OR_RETURN(f.options.cpu, CpuOptions());
+  GenerationRequest& request = f.request;
+  request.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (request.max_new_tokens <= 0) {
+    return absl::InvalidArgumentError("--max_tokens: must be > 0");
+  }
+  request.sampling = {static_cast<float>(absl::GetFlag(FLAGS_temperature)),
+                      absl::GetFlag(FLAGS_top_k),
+                      static_cast<float>(absl::GetFlag(FLAGS_top_p)),
+                      absl::GetFlag(FLAGS_seed)};
+  OCTET_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  f.prompt = absl::GetFlag(FLAGS_prompt);
+  OCTET_RETURN_IF_ERROR(
+      ReadPromptIds(f.prompt, absl::GetFlag(FLAGS_prompt_ids), &request));
+  return f;
+}
+
+// The tokenizer of `dir`, or nullptr when it has no tokenizer.model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadOptionalTokenizer(
+    const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  if (t.ok()) return t;
+  if (t.status().code() == absl::StatusCode::kNotFound) {
+    return std::unique_ptr<Tokenizer>();
+  }
+  return t.status();
+}
+
+// Completes the request from the checkpoint: encodes the --prompt text, sets
+// the stop ids, and checks the length against the model's context.
+absl::Status CompleteRequest(const std::string& dir, const std::string& prompt,
+                             const ModelConfig& c, const Tokenizer* tokenizer,
+                             GenerationRequest* request) {
   if (!prompt.empty()) {
     if (tokenizer == nullptr) {
-      return Failed(absl::FailedPreconditionError(absl::StrCat(
-          dir, " has no tokenizer.model: give the prompt as --prompt_ids")));
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " has no tokenizer.model: give the prompt as --prompt_ids"));
     }
     for (int64_t id : tokenizer->Encode(prompt, /*add_bos=*/true)) {
-      request.prompt.push_back(static_cast<int32_t>(id));
+      request->prompt.push_back(static_cast<int32_t>(id));
     }
   }
   // Checked before the (long) load; Generate checks it again.
-  const int64_t context = (*ckpt)->config().max_position_embeddings;
-  if (request.max_new_tokens >
-      context - static_cast<int64_t>(request.prompt.size())) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", request.prompt.size(), " tokens) + --max_tokens (",
-        request.max_new_tokens, ") exceed the model's context of ", context)));
+  const int64_t context = c.max_position_embeddings;
+  if (request->max_new_tokens >
+      context - static_cast<int64_t>(request->prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", request->prompt.size(), " tokens) + --max_tokens (",
+        request->max_new_tokens, ") exceed the model's context of ", context));
   }
-  if (!absl::GetFlag(FLAGS_ignore_eos))
-    request.stop_ids = (*ckpt)->config().eos_token_ids;
-  absl::StatusOr<std::unique_ptr<Backend>> made =
-      NewBackend(device, options.cpu);
-  if (!made.ok()) return Failed(made.status());
-  std::unique_ptr<Backend> backend = *std::move(made);
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Load(**ckpt, *backend, options);
-  if (!model.ok()) return Failed(model.status());
-  const double load_seconds = Since(load_start);
-  ckpt->reset();  // the model holds its own copy: unmap the files
-  const ModelConfig& c = (*model)->config();
+  if (!absl::GetFlag(FLAGS_ignore_eos)) request->stop_ids = c.eos_token_ids;
+  return absl::OkStatus();
+}
+
+// A model loaded for one generation. Members are destroyed in reverse order:
+// the cache before the model, the model before its backend.
+struct LoadedModel {
+  std::unique_ptr<Tokenizer> tokenizer;  // nullptr without tokenizer.model
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KvCache> cache;
+  double load_seconds = 0;
+};
+
+// Opens the checkpoint and tokenizer, completes `flags->request`, loads the
+// model onto its backend and allocates a KV cache the request fits in.
+absl::StatusOr<LoadedModel> LoadForGenerate(GenerateFlags* flags) {
+  const auto load_start = Clock::now();
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                         Checkpoint::Open(flags->dir));
+  LoadedModel m;
+  OCTET_ASSIGN_OR_RETURN(m.tokenizer, LoadOptionalTokenizer(flags->dir));
+  GenerationRequest& request = flags->request;
+  OCTET_RETURN_IF_ERROR(CompleteRequest(
+      flags->dir, flags->prompt, ckpt->config(), m.tokenizer.get(), &request));
+  OCTET_ASSIGN_OR_RETURN(m.backend,
+                         NewBackend(flags->device, flags->options.cpu));
+  OCTET_ASSIGN_OR_RETURN(m.model,
+                         LlamaModel::Load(*ckpt, *m.backend, flags->options));
+  m.load_seconds = Since(load_start);
+  ckpt.reset();  // the model holds its own copy: unmap the files
   const int64_t tokens =
       static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewKvCache(
-      {.block_size = 16, .num_blocks = (tokens + 15) / 16});
-  if (!cache.ok()) return Failed(cache.status());
+  OCTET_ASSIGN_OR_RETURN(
+      m.cache, m.model->NewKvCache(
+                   {.block_size = 16, .num_blocks = (tokens + 15) / 16}));
+  return m;
+}
+
+// Prints (to stderr) what was loaded, onto what, and how long it took.
+void PrintLoaded(const GenerateFlags& flags, const LoadedModel& m) {
+  const ModelConfig& c = m.model->config();
   std::fprintf(stderr,
                "octet: %s (%s, %lld layers, hidden %lld) on %s, linear layers "
                "%s: weights "
                "%.2f GiB, loaded in %.2f s\n",
-               dir.c_str(), c.architecture.c_str(),
+               flags.dir.c_str(), c.architecture.c_str(),
                static_cast<long long>(c.num_layers),
                static_cast<long long>(c.hidden_size),
-               backend->Describe().c_str(), quantization.c_str(),
-               (*model)->WeightBytes() / double(1 << 30), load_seconds);
+               m.backend->Describe().c_str(), flags.quantization.c_str(),
+               m.model->WeightBytes() / double(1 << 30), m.load_seconds);
+}
 
+// Prints (to stderr) the prefill and decode timings and why it stopped.
+void PrintGenerationStats(const GenerationStats& stats,
+                          const GenerationResult& result) {
+  std::fprintf(
+      stderr,
+      "octet: prompt %lld tokens, prefill %.1f ms; decode %lld tokens in %.2f "
+      "s = "
+      "%.2f tokens/s (%.1f ms/token); finished by %s\n",
+      static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds * 1e3,
+      static_cast<long long>(stats.decoded_tokens), stats.decode_seconds,
+      stats.decode_seconds > 0 ? stats.decoded_tokens / stats.decode_seconds
+                               : 0.0,
+      stats.decoded_tokens > 0
+          ? stats.decode_seconds * 1e3 / stats.decoded_tokens
+          : 0.0,
+      result.finish == FinishReason::kStop ? "eos" : "length");
+}
+
+// Generates, printing the text (or the ids, without a tokenizer) as it
+// arrives, then the timings; returns the exit status.
+int RunAndPrint(const GenerationRequest& request, LoadedModel& m) {
   // Print text as it arrives, whole characters at a time.
   std::optional<TextStream> text;
-  if (tokenizer != nullptr) text.emplace(*tokenizer);
+  if (m.tokenizer != nullptr) text.emplace(*m.tokenizer);
   int64_t generated = 0;
   GenerationOptions gen;
   gen.on_token = [&](size_t, int32_t token) {
@@ -360,24 +459,25 @@ int Generate() {
   };
   GenerationStats stats;
   absl::StatusOr<std::vector<GenerationResult>> result =
-      octet::Generate(**model, **cache, {request}, gen, &stats);
+      octet::Generate(*m.model, *m.cache, {request}, gen, &stats);
   if (text) std::fputs(text->Finish().c_str(), stdout);
   std::printf("\n");
   if (!result.ok()) return Failed(result.status());
-  std::fprintf(
-      stderr,
-      "octet: prompt %lld tokens, prefill %.1f ms; decode %lld tokens in %.2f "
-      "s = "
-      "%.2f tokens/s (%.1f ms/token); finished by %s\n",
-      static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds * 1e3,
-      static_cast<long long>(stats.decoded_tokens), stats.decode_seconds,
-      stats.decode_seconds > 0 ? stats.decoded_tokens / stats.decode_seconds
-                               : 0.0,
-      stats.decoded_tokens > 0
-          ? stats.decode_seconds * 1e3 / stats.decoded_tokens
-          : 0.0,
-      (*result)[0].finish == FinishReason::kStop ? "eos" : "length");
+  PrintGenerationStats(stats, (*result)[0]);
   return 0;
+}
+
+// octet generate: on a coordinator with --server, else in this process.
+int Generate() {
+  if (const std::string server = absl::GetFlag(FLAGS_server); !server.empty()) {
+    return GenerateRemote(server);
+  }
+  absl::StatusOr<GenerateFlags> flags = ReadGenerateFlags();
+  if (!flags.ok()) return UsageError(std::string(flags.status().message()));
+  absl::StatusOr<LoadedModel> loaded = LoadForGenerate(&*flags);
+  if (!loaded.ok()) return Failed(loaded.status());
+  PrintLoaded(*flags, *loaded);
+  return RunAndPrint(flags->request, *loaded);
 }
 
 int Main(int argc, char** argv) {
