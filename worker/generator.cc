@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -24,6 +25,38 @@ struct Running {
   bool done = false;
 };
 
+// Appends `token` to the sequence's result and feeds it next; marks the
+// sequence done on a stop id or at its token budget.
+void AdvanceSequence(Running& s, int32_t token, const GenerationRequest& r,
+                     const GenerationOptions& options, GenerationResult& out) {
+  out.tokens.push_back(token);
+  if (options.on_token) options.on_token(s.index, token);
+  s.next = {token};
+  if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) !=
+      r.stop_ids.end()) {
+    out.finish = FinishReason::kStop;
+    s.done = true;
+  } else if (static_cast<int64_t>(out.tokens.size()) >= r.max_new_tokens) {
+    out.finish = FinishReason::kLength;
+    s.done = true;
+  }
+}
+
+// Adds one forward of `active` sequences to the stats: the first of a
+// batch counts as prefill, the others as decode steps.
+void AddStepStats(bool first, Clock::time_point start, size_t active,
+                  GenerationStats* stats) {
+  if (stats == nullptr) return;
+  if (first) {
+    stats->prefill_seconds += Since(start);
+  } else {
+    stats->decode_seconds += Since(start);
+    stats->decode_steps += 1;
+    stats->decoded_tokens += static_cast<int64_t>(active);
+  }
+}
+
+// Generates for requests[indices] as one batch until each stops.
 absl::Status RunBatch(LlamaModel& model, KvCache& cache,
                       const std::vector<GenerationRequest>& requests,
                       const std::vector<size_t>& indices,
@@ -68,35 +101,15 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
     const int64_t vocab = model.config().vocab_size;
     for (size_t j = 0; j < active.size(); ++j) {
       Running& s = *active[j];
-      const GenerationRequest& r = requests[s.index];
-      GenerationResult& out = results[s.index];
       s.cached += static_cast<int64_t>(s.next.size());
       const int32_t token =
           greedy
               ? greedy_tokens[j]
               : static_cast<int32_t>(s.sampler.Sample(
                     {logits.data() + j * vocab, static_cast<size_t>(vocab)}));
-      out.tokens.push_back(token);
-      if (options.on_token) options.on_token(s.index, token);
-      s.next = {token};
-      if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) !=
-          r.stop_ids.end()) {
-        out.finish = FinishReason::kStop;
-        s.done = true;
-      } else if (static_cast<int64_t>(out.tokens.size()) >= r.max_new_tokens) {
-        out.finish = FinishReason::kLength;
-        s.done = true;
-      }
+      AdvanceSequence(s, token, requests[s.index], options, results[s.index]);
     }
-    if (stats != nullptr) {
-      if (first) {
-        stats->prefill_seconds += Since(start);
-      } else {
-        stats->decode_seconds += Since(start);
-        stats->decode_steps += 1;
-        stats->decoded_tokens += static_cast<int64_t>(active.size());
-      }
-    }
+    AddStepStats(first, start, active.size(), stats);
     first = false;
   }
   for (Running& s : seqs) {
@@ -147,16 +160,14 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
   std::vector<GenerationResult> results(requests.size());
   if (options.one_at_a_time) {
     for (size_t i = 0; i < requests.size(); ++i) {
-      absl::Status s =
-          RunBatch(model, cache, requests, {i}, options, results, stats);
-      if (!s.ok()) return s;
+      OCTET_RETURN_IF_ERROR(
+          RunBatch(model, cache, requests, {i}, options, results, stats));
     }
   } else {
     std::vector<size_t> all(requests.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    absl::Status s =
-        RunBatch(model, cache, requests, all, options, results, stats);
-    if (!s.ok()) return s;
+    OCTET_RETURN_IF_ERROR(
+        RunBatch(model, cache, requests, all, options, results, stats));
   }
   return results;
 }

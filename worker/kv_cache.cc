@@ -1,7 +1,10 @@
 #include "worker/kv_cache.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 
@@ -34,9 +37,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
   cache->bytes_per_pool_ = bytes;
   for (int64_t l = 0; l < layers; ++l) {
     for (auto* pools : {&cache->k_, &cache->v_}) {
-      absl::StatusOr<DeviceBuffer> b = backend.Allocate(cache->bytes_per_pool_);
-      if (!b.ok()) return b.status();
-      pools->push_back(*std::move(b));
+      OCTET_ASSIGN_OR_RETURN(DeviceBuffer b,
+                             backend.Allocate(cache->bytes_per_pool_));
+      pools->push_back(std::move(b));
     }
   }
   cache->in_use_.assign(options.num_blocks, false);

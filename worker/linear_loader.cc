@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +15,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/f16.h"
 #include "kernels/fp8.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -23,10 +27,8 @@ bool IsFloat(DType d) {
 // Host staging of one weight, then one upload.
 absl::StatusOr<DeviceBuffer> Upload(Backend& backend, const void* data,
                                     size_t bytes) {
-  absl::StatusOr<DeviceBuffer> buf = backend.Allocate(bytes);
-  if (!buf.ok()) return buf.status();
-  absl::Status s = backend.CopyToDevice(buf->data(), data, bytes);
-  if (!s.ok()) return s;
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer buf, backend.Allocate(bytes));
+  OCTET_RETURN_IF_ERROR(backend.CopyToDevice(buf.data(), data, bytes));
   return buf;
 }
 
@@ -74,9 +76,8 @@ absl::StatusOr<float> TensorAbsMax(const TensorView& t,
   for (int64_t i = 0; i < t.num_elements(); i += kChunk) {
     const int64_t n = std::min(kChunk, t.num_elements() - i);
     Widen(t, i, n, buf.data());
-    absl::StatusOr<float> c = AbsMax(buf.data(), n, o);
-    if (!c.ok()) return c.status();
-    m = fmaxf(m, *c);
+    OCTET_ASSIGN_OR_RETURN(const float c, AbsMax(buf.data(), n, o));
+    m = fmaxf(m, c);
   }
   return m;
 }
@@ -95,8 +96,7 @@ absl::Status QuantizeTensor(const TensorView& t, float inv, uint8_t* q,
   for (int64_t i = 0; i < t.num_elements(); i += kChunk) {
     const int64_t n = std::min(kChunk, t.num_elements() - i);
     Widen(t, i, n, buf.data());
-    absl::Status s = QuantizeE4m3(buf.data(), n, inv, q + i, o);
-    if (!s.ok()) return s;
+    OCTET_RETURN_IF_ERROR(QuantizeE4m3(buf.data(), n, inv, q + i, o));
   }
   return absl::OkStatus();
 }
@@ -175,6 +175,159 @@ absl::Status SliceView(const WeightSlice& slice, size_t i, TensorView& t,
   return absl::OkStatus();
 }
 
+// The tensors of `parts`: matrices with the same number of columns.
+absl::StatusOr<std::vector<TensorView>> GetParts(
+    const Checkpoint& ckpt, const std::vector<std::string>& parts) {
+  std::vector<TensorView> views;
+  for (const std::string& name : parts) {
+    OCTET_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name));
+    if (t.shape.size() != 2 ||
+        (!views.empty() && t.shape[1] != views[0].shape[1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": tensor '", name,
+                       "' is not a matrix matching its fused parts"));
+    }
+    views.push_back(std::move(t));
+  }
+  return views;
+}
+
+// Stacks the float parts, unquantized, into w's device data.
+absl::Status LoadDense(const Checkpoint& ckpt,
+                       const std::vector<std::string>& parts,
+                       const std::vector<TensorView>& views,
+                       const WeightPolicy& policy, Backend& backend,
+                       LinearWeight& w) {
+  w.dtype = DenseDType(views, policy);
+  AlignedVector<uint8_t> host(w.out * w.in * DTypeSize(w.dtype));
+  int64_t row = 0;
+  for (const TensorView& t : views) {
+    StoreDense(t, w.dtype, host.data() + row * w.in * DTypeSize(w.dtype));
+    row += t.shape[0];
+  }
+  OCTET_ASSIGN_OR_RETURN(w.data, Upload(backend, host.data(), host.size()));
+  for (const std::string& name : parts) ckpt.ReleasePages(name);
+  return absl::OkStatus();
+}
+
+// The fused FP8 scale: the absmax of all float parts, or the largest
+// checkpoint scale of the e4m3 parts (float parts are then measured on the
+// same footing: their absmax / 448). Sets part_scales[i] to e4m3 part i's
+// checkpoint scale (0 for float parts).
+// An FP8 checkpoint's scales are global already: every rank uses them as
+// they are. Float parts' absmax is this slice's, or all ranks' when the
+// policy reduces it (global weight scales).
+absl::StatusOr<float> FusedScale(const Checkpoint& ckpt,
+                                 const std::vector<std::string>& parts,
+                                 const std::vector<TensorView>& views,
+                                 const WeightPolicy& policy,
+                                 std::vector<float>& part_scales) {
+  part_scales.assign(views.size(), 0.0f);
+  float scale = 0.0f, float_absmax = 0.0f;
+  bool any_float = false;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].dtype == DType::kE4m3) {
+      OCTET_ASSIGN_OR_RETURN(part_scales[i],
+                             ckpt.GetScalar(parts[i] + "_scale"));
+      scale = std::max(scale, part_scales[i]);
+    } else {
+      OCTET_ASSIGN_OR_RETURN(const float m, TensorAbsMax(views[i], policy.cpu));
+      float_absmax = std::fmax(float_absmax, m);
+      any_float = true;
+    }
+  }
+  if (any_float) {
+    if (policy.reduce_absmax) {
+      OCTET_RETURN_IF_ERROR(policy.reduce_absmax(&float_absmax));
+    }
+    scale = std::max(scale, E4m3ScaleFromAbsmax(float_absmax).scale);
+  }
+  return scale;
+}
+
+// Requantizes e4m3 codes of scale `from` to the fused scale (`inv`, its
+// inverse): encode((decode(c) * from) * inv), i.e. the contract's
+// dequantize, then its quantize, in chunks.
+absl::Status Requantize(const TensorView& t, float from, float inv,
+                        uint8_t* dst, const CpuKernelOptions& o) {
+  std::vector<float> chunk(kChunk);
+  for (int64_t j = 0; j < t.num_elements(); j += kChunk) {
+    const int64_t n = std::min(kChunk, t.num_elements() - j);
+    OCTET_RETURN_IF_ERROR(
+        DequantizeE4m3(t.bytes.data() + j, n, from, chunk.data(), o));
+    OCTET_RETURN_IF_ERROR(QuantizeE4m3(chunk.data(), n, inv, dst + j, o));
+  }
+  return absl::OkStatus();
+}
+
+// Stacks the parts' codes at the fused `scale` into `codes` ([rows][in]):
+// float parts quantized, e4m3 parts copied when already at it, requantized
+// otherwise.
+absl::Status FuseCodes(const std::vector<TensorView>& views,
+                       const std::vector<float>& part_scales, float scale,
+                       int64_t in, const CpuKernelOptions& o, uint8_t* codes) {
+  const float inv = 1.0f / scale;
+  int64_t row = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& t = views[i];
+    uint8_t* dst = codes + row * in;
+    if (t.dtype != DType::kE4m3) {
+      OCTET_RETURN_IF_ERROR(QuantizeTensor(t, inv, dst, o));
+    } else if (part_scales[i] == scale) {
+      std::memcpy(dst, t.bytes.data(), t.bytes.size());
+    } else {
+      OCTET_RETURN_IF_ERROR(Requantize(t, part_scales[i], inv, dst, o));
+    }
+    row += t.shape[0];
+  }
+  return absl::OkStatus();
+}
+
+// The fused parts' static input scale: the largest of the e4m3 parts'.
+// The fused parts share one input; parts stored as floats carry no
+// input_scale (Checkpoint::Validate requires it of e4m3 parts only).
+absl::StatusOr<float> FusedInputScale(const Checkpoint& ckpt,
+                                      const std::vector<std::string>& parts,
+                                      const std::vector<TensorView>& views) {
+  float input_scale = 0.0f;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (views[i].dtype != DType::kE4m3) continue;
+    const std::string& name = parts[i];
+    const std::string stem = name.substr(0, name.size() - 7);  // ".weight"
+    OCTET_ASSIGN_OR_RETURN(const float v,
+                           ckpt.GetScalar(stem + ".input_scale"));
+    input_scale = std::max(input_scale, v);
+  }
+  return input_scale;
+}
+
+// Fuses the parts into one e4m3 weight with its scale and, for a checkpoint
+// with static activation scales and e4m3 parts, its input scale.
+absl::Status LoadFp8(const Checkpoint& ckpt,
+                     const std::vector<std::string>& parts,
+                     const std::vector<TensorView>& views, bool any_fp8,
+                     const WeightPolicy& policy, Backend& backend,
+                     LinearWeight& w) {
+  std::vector<float> part_scales;
+  OCTET_ASSIGN_OR_RETURN(const float scale,
+                         FusedScale(ckpt, parts, views, policy, part_scales));
+  w.dtype = DType::kE4m3;
+  AlignedVector<uint8_t> codes(w.out * w.in);
+  OCTET_RETURN_IF_ERROR(
+      FuseCodes(views, part_scales, scale, w.in, policy.cpu, codes.data()));
+  OCTET_ASSIGN_OR_RETURN(w.data, Upload(backend, codes.data(), codes.size()));
+  for (const std::string& name : parts) ckpt.ReleasePages(name);
+  OCTET_ASSIGN_OR_RETURN(w.scale, UploadScalar(backend, scale));
+
+  const ModelConfig& config = ckpt.config();
+  if (config.fp8 && config.fp8->static_activations && any_fp8) {
+    OCTET_ASSIGN_OR_RETURN(const float input_scale,
+                           FusedInputScale(ckpt, parts, views));
+    OCTET_ASSIGN_OR_RETURN(w.input_scale, UploadScalar(backend, input_scale));
+  }
+  return absl::OkStatus();
+}
+
 // LoadLinear's work; it may throw std::bad_alloc.
 absl::StatusOr<LinearWeight> LoadLinearStaged(
     const Checkpoint& ckpt, const std::vector<std::string>& parts,
@@ -182,23 +335,12 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
   if (!slice.rows.empty() && slice.rows.size() != parts.size()) {
     return absl::InvalidArgumentError("LoadLinear: one row slice per part");
   }
+  // Column slices are copied into `staging`, which `views` point into.
   std::vector<std::vector<uint8_t>> staging(parts.size());
-  std::vector<TensorView> views;
+  OCTET_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetParts(ckpt, parts));
   LinearWeight w;
-  for (const std::string& name : parts) {
-    absl::StatusOr<TensorView> t = ckpt.Get(name);
-    if (!t.ok()) return t.status();
-    if (t->shape.size() != 2 ||
-        (!views.empty() && t->shape[1] != views[0].shape[1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t->file, ": tensor '", name,
-                       "' is not a matrix matching its fused parts"));
-    }
-    views.push_back(*std::move(t));
-  }
   for (size_t i = 0; i < views.size(); ++i) {
-    absl::Status s = SliceView(slice, i, views[i], staging[i]);
-    if (!s.ok()) return s;
+    OCTET_RETURN_IF_ERROR(SliceView(slice, i, views[i], staging[i]));
     w.out += views[i].shape[0];
     w.in = views[i].shape[1];
   }
@@ -210,104 +352,11 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
         ckpt.dir(), ": tensor '", parts[0],
         "' is FP8; load this checkpoint with the fp8 quantization method"));
   }
-
   if (policy.method == LinearMethod::kNone) {
-    w.dtype = DenseDType(views, policy);
-    AlignedVector<uint8_t> host(w.out * w.in * DTypeSize(w.dtype));
-    int64_t row = 0;
-    for (const TensorView& t : views) {
-      StoreDense(t, w.dtype, host.data() + row * w.in * DTypeSize(w.dtype));
-      row += t.shape[0];
-    }
-    absl::StatusOr<DeviceBuffer> data =
-        Upload(backend, host.data(), host.size());
-    if (!data.ok()) return data.status();
-    w.data = *std::move(data);
-    for (const std::string& name : parts) ckpt.ReleasePages(name);
-    return w;
-  }
-
-  // FP8. The fused scale: the absmax of all float parts, or the largest
-  // checkpoint scale of the e4m3 parts (float parts are then measured on the
-  // same footing: their absmax / 448).
-  // An FP8 checkpoint's scales are global already: every rank uses them as
-  // they are. Float parts' absmax is this slice's, or all ranks' when the
-  // policy reduces it (global weight scales).
-  std::vector<float> part_scales(views.size(), 0.0f);
-  float scale = 0.0f, float_absmax = 0.0f;
-  bool any_float = false;
-  for (size_t i = 0; i < views.size(); ++i) {
-    if (views[i].dtype == DType::kE4m3) {
-      absl::StatusOr<float> s = ckpt.GetScalar(parts[i] + "_scale");
-      if (!s.ok()) return s.status();
-      part_scales[i] = *s;
-      scale = std::max(scale, *s);
-    } else {
-      absl::StatusOr<float> m = TensorAbsMax(views[i], policy.cpu);
-      if (!m.ok()) return m.status();
-      float_absmax = std::fmax(float_absmax, *m);
-      any_float = true;
-    }
-  }
-  if (any_float) {
-    if (policy.reduce_absmax) {
-      absl::Status s = policy.reduce_absmax(&float_absmax);
-      if (!s.ok()) return s;
-    }
-    scale = std::max(scale, E4m3ScaleFromAbsmax(float_absmax).scale);
-  }
-  const float inv = 1.0f / scale;
-  w.dtype = DType::kE4m3;
-  AlignedVector<uint8_t> codes(w.out * w.in);
-  int64_t row = 0;
-  for (size_t i = 0; i < views.size(); ++i) {
-    const TensorView& t = views[i];
-    uint8_t* dst = codes.data() + row * w.in;
-    if (t.dtype != DType::kE4m3) {
-      absl::Status s = QuantizeTensor(t, inv, dst, policy.cpu);
-      if (!s.ok()) return s;
-    } else if (part_scales[i] == scale) {
-      std::memcpy(dst, t.bytes.data(), t.bytes.size());
-    } else {
-      // Requantize to the fused scale: encode((decode(c) * s_i) * inv),
-      // i.e. the contract's dequantize, then its quantize, in chunks.
-      std::vector<float> chunk(kChunk);
-      for (int64_t j = 0; j < t.num_elements(); j += kChunk) {
-        const int64_t n = std::min(kChunk, t.num_elements() - j);
-        absl::Status st = DequantizeE4m3(t.bytes.data() + j, n, part_scales[i],
-                                         chunk.data(), policy.cpu);
-        if (st.ok())
-          st = QuantizeE4m3(chunk.data(), n, inv, dst + j, policy.cpu);
-        if (!st.ok()) return st;
-      }
-    }
-    row += t.shape[0];
-  }
-  absl::StatusOr<DeviceBuffer> data =
-      Upload(backend, codes.data(), codes.size());
-  if (!data.ok()) return data.status();
-  w.data = *std::move(data);
-  for (const std::string& name : parts) ckpt.ReleasePages(name);
-  absl::StatusOr<DeviceBuffer> s = UploadScalar(backend, scale);
-  if (!s.ok()) return s.status();
-  w.scale = *std::move(s);
-
-  const ModelConfig& config = ckpt.config();
-  if (config.fp8 && config.fp8->static_activations && any_fp8) {
-    // The fused parts share one input; parts stored as floats carry no
-    // input_scale (Checkpoint::Validate requires it of e4m3 parts only).
-    float input_scale = 0.0f;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (views[i].dtype != DType::kE4m3) continue;
-      const std::string& name = parts[i];
-      const std::string stem = name.substr(0, name.size() - 7);  // ".weight"
-      absl::StatusOr<float> v = ckpt.GetScalar(stem + ".input_scale");
-      if (!v.ok()) return v.status();
-      input_scale = std::max(input_scale, *v);
-    }
-    absl::StatusOr<DeviceBuffer> is = UploadScalar(backend, input_scale);
-    if (!is.ok()) return is.status();
-    w.input_scale = *std::move(is);
+    OCTET_RETURN_IF_ERROR(LoadDense(ckpt, parts, views, policy, backend, w));
+  } else {
+    OCTET_RETURN_IF_ERROR(
+        LoadFp8(ckpt, parts, views, any_fp8, policy, backend, w));
   }
   return w;
 }
@@ -336,11 +385,10 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
                                        const WeightSlice& slice) {
   WeightPolicy dense = policy;
   dense.method = LinearMethod::kNone;
-  absl::StatusOr<TensorView> t = ckpt.Get(name);
-  if (!t.ok()) return t.status();
-  if (!IsFloat(t->dtype)) {
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(name));
+  if (!IsFloat(t.dtype)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(t->file, ": tensor '", name, "' must be a float tensor"));
+        absl::StrCat(t.file, ": tensor '", name, "' must be a float tensor"));
   }
   return LoadLinear(ckpt, {name}, dense, backend, slice);
 }
@@ -348,13 +396,12 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
                                            const std::string& name,
                                            Backend& backend) {
-  absl::StatusOr<TensorView> t = ckpt.Get(name);
-  if (!t.ok()) return t.status();
-  if (!IsFloat(t->dtype) || t->shape.size() != 1) {
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(name));
+  if (!IsFloat(t.dtype) || t.shape.size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(t->file, ": tensor '", name, "' must be a float vector"));
+        absl::StrCat(t.file, ": tensor '", name, "' must be a float vector"));
   }
-  const std::vector<float> v = ToFloat(*t);
+  const std::vector<float> v = ToFloat(t);
   ckpt.ReleasePages(name);
   return Upload(backend, v.data(), v.size() * sizeof(float));
 }

@@ -2,9 +2,9 @@
 // layers (fused, and FP8-quantized at load when asked), embedding tables and
 // norm weights.
 //
-// FP8 (docs/design.md): a fused projection (QKV, gate_up) is one weight with one
-// per-tensor scale. From a BF16/F16/F32 checkpoint the scale comes from the
-// absmax of all its parts; from an FP8 checkpoint whose parts carry
+// FP8 (docs/design.md): a fused projection (QKV, gate_up) is one weight
+// with one per-tensor scale. From a BF16/F16/F32 checkpoint the scale comes
+// from the absmax of all its parts; from an FP8 checkpoint whose parts carry
 // different weight_scales, every part is requantized to the largest one
 // (parts already at it keep their codes), and static input_scales fuse to
 // their maximum too.

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -37,10 +40,7 @@ T* Offset(T* p, int64_t elems, DType dtype) {
 // Grows `buf` to at least `bytes`.
 absl::Status Grow(Backend& backend, DeviceBuffer& buf, size_t bytes) {
   if (buf.bytes() >= bytes && buf.data() != nullptr) return absl::OkStatus();
-  absl::StatusOr<DeviceBuffer> b =
-      backend.Allocate(std::max<size_t>(bytes, 64));
-  if (!b.ok()) return b.status();
-  buf = *std::move(b);
+  OCTET_ASSIGN_OR_RETURN(buf, backend.Allocate(std::max<size_t>(bytes, 64)));
   return absl::OkStatus();
 }
 
@@ -75,126 +75,155 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
-    const Checkpoint& ckpt, Backend& backend, const ModelOptions& options) {
-  const ModelConfig& config = ckpt.config();
-  Communicator* comm = options.comm;
-  absl::StatusOr<ShardPlan> plan =
-      MakeShardPlan(config, comm != nullptr ? comm->rank() : 0,
-                    comm != nullptr ? comm->size() : 1);
-  if (!plan.ok()) return plan.status();
-  if (plan->size > 1 && backend.kind() != DeviceKind::kCpu) {
-    return absl::UnimplementedError(
-        "tensor parallelism on CUDA needs the NCCL communicator (to come)");
-  }
-  std::unique_ptr<LlamaModel> m(
-      new LlamaModel(backend, config, options, *plan));
-  const ModelConfig& c = m->config_;
-  const ShardPlan& sp = m->plan_;
-  if (backend.has_block_sums() && backend.activation_dtype() == DType::kF32) {
-    for (auto [blocks, k] :
-         {std::pair{&m->o_blocks_, c.num_heads * c.head_dim},
-          std::pair{&m->down_blocks_, c.intermediate_size}}) {
-      blocks->global = GlobalBlocks(k);
-      blocks->local =
-          blocks->global % sp.size == 0 ? blocks->global / sp.size : 0;
-    }
-  }
-  if (c.head_dim > backend.max_head_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
-        ", the most ", backend.Describe(), " attention supports"));
-  }
-  WeightPolicy policy;
-  policy.method = options.method;
-  policy.bf16_only = backend.kind() != DeviceKind::kCpu;
-  policy.cpu = options.cpu;
-  if (options.global_weight_scale && sp.size > 1) {
-    policy.reduce_absmax = [comm](float* absmax) {
-      return comm->AllReduceMax(absmax, 1);
-    };
-  }
+namespace {
 
-  // This rank's slices (all of it for one rank).
+// This rank's slices of one layer's projections (all of them for one rank).
+struct LayerSlices {
+  WeightSlice qkv, o, gate_up, down;
+};
+
+// The rows (column-parallel) or input columns (row-parallel) of each
+// projection that rank `sp` holds.
+LayerSlices SliceLayer(const ModelConfig& c, const ShardPlan& sp) {
   const int64_t hd = c.head_dim;
-  const WeightSlice vocab_rows{{{sp.vocab_begin, sp.vocab_begin + sp.vocab}}};
   const std::pair<int64_t, int64_t> q_rows{sp.head_begin * hd,
                                            (sp.head_begin + sp.heads) * hd};
   const std::pair<int64_t, int64_t> kv_rows{
       sp.kv_head_begin * hd, (sp.kv_head_begin + sp.kv_heads) * hd};
   const std::pair<int64_t, int64_t> mlp_rows{
       sp.intermediate_begin, sp.intermediate_begin + sp.intermediate};
-  const WeightSlice qkv_slice{{q_rows, kv_rows, kv_rows}};
-  const WeightSlice o_slice{{}, q_rows.first, q_rows.second};
-  const WeightSlice gate_up_slice{{mlp_rows, mlp_rows}};
-  const WeightSlice down_slice{{}, mlp_rows.first, mlp_rows.second};
+  return LayerSlices{
+      .qkv = {{q_rows, kv_rows, kv_rows}},
+      .o = {{}, q_rows.first, q_rows.second},
+      .gate_up = {{mlp_rows, mlp_rows}},
+      .down = {{}, mlp_rows.first, mlp_rows.second},
+  };
+}
 
-  absl::StatusOr<LinearWeight> emb =
-      LoadTable(ckpt, "model.embed_tokens.weight", policy, backend, vocab_rows);
-  if (!emb.ok()) return emb.status();
-  m->embedding_ = *std::move(emb);
-  if (c.tie_word_embeddings) {
-    LinearWeight& head = m->lm_head_;
-    head.out = m->embedding_.out;
-    head.in = m->embedding_.in;
-    head.dtype = m->embedding_.dtype;
-    head.data = DeviceBuffer(nullptr, m->embedding_.data.data(),
-                             m->embedding_.data.bytes());  // a view
-  } else {
-    absl::StatusOr<LinearWeight> head =
-        LoadTable(ckpt, "lm_head.weight", policy, backend, vocab_rows);
-    if (!head.ok()) return head.status();
-    m->lm_head_ = *std::move(head);
-  }
-  absl::StatusOr<DeviceBuffer> norm =
-      LoadVectorF32(ckpt, "model.norm.weight", backend);
-  if (!norm.ok()) return norm.status();
-  m->final_norm_ = *std::move(norm);
-
-  const std::vector<float> inv_freq = RopeInverseFrequencies(c);
-  absl::StatusOr<DeviceBuffer> f =
-      backend.Allocate(inv_freq.size() * sizeof(float));
-  if (!f.ok()) return f.status();
-  OCTET_RETURN_IF_ERROR(backend.CopyToDevice(f->data(), inv_freq.data(),
-                                             inv_freq.size() * sizeof(float)));
-  m->inv_freq_ = *std::move(f);
-
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    Layer layer;
-    absl::StatusOr<DeviceBuffer> n1 =
-        LoadVectorF32(ckpt, p + "input_layernorm.weight", backend);
-    if (!n1.ok()) return n1.status();
-    layer.input_norm = *std::move(n1);
-    absl::StatusOr<DeviceBuffer> n2 =
-        LoadVectorF32(ckpt, p + "post_attention_layernorm.weight", backend);
-    if (!n2.ok()) return n2.status();
-    layer.post_norm = *std::move(n2);
-    struct Fused {
-      LinearWeight* dst;
-      std::vector<std::string> parts;
-      const WeightSlice& slice;
+// How Load turns checkpoint weights into weights for `backend`, on a group
+// of `tp_size` ranks.
+WeightPolicy MakeWeightPolicy(const ModelOptions& options,
+                              const Backend& backend, int tp_size) {
+  WeightPolicy policy;
+  policy.method = options.method;
+  policy.bf16_only = backend.kind() != DeviceKind::kCpu;
+  policy.cpu = options.cpu;
+  if (options.global_weight_scale && tp_size > 1) {
+    Communicator* comm = options.comm;
+    policy.reduce_absmax = [comm](float* absmax) {
+      return comm->AllReduceMax(absmax, 1);
     };
-    for (const Fused& fused :
-         {Fused{&layer.qkv,
-                {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                 p + "self_attn.v_proj.weight"},
-                qkv_slice},
-          Fused{&layer.o, {p + "self_attn.o_proj.weight"}, o_slice},
-          Fused{&layer.gate_up,
-                {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                gate_up_slice},
-          Fused{&layer.down, {p + "mlp.down_proj.weight"}, down_slice}}) {
-      absl::StatusOr<LinearWeight> w =
-          LoadLinear(ckpt, fused.parts, policy, backend, fused.slice);
-      if (!w.ok()) return w.status();
-      *fused.dst = *std::move(w);
-    }
+  }
+  return policy;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
+    const Checkpoint& ckpt, Backend& backend, const ModelOptions& options) {
+  const ModelConfig& config = ckpt.config();
+  Communicator* comm = options.comm;
+  OCTET_ASSIGN_OR_RETURN(
+      const ShardPlan plan,
+      MakeShardPlan(config, comm != nullptr ? comm->rank() : 0,
+                    comm != nullptr ? comm->size() : 1));
+  if (plan.size > 1 && backend.kind() != DeviceKind::kCpu) {
+    return absl::UnimplementedError(
+        "tensor parallelism on CUDA needs the NCCL communicator (to come)");
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel(backend, config, options, plan));
+  m->ChooseRowParallelBlocks();
+  const ModelConfig& c = m->config_;
+  if (c.head_dim > backend.max_head_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
+        ", the most ", backend.Describe(), " attention supports"));
+  }
+  const WeightPolicy policy = MakeWeightPolicy(options, backend, plan.size);
+  OCTET_RETURN_IF_ERROR(m->LoadTables(ckpt, policy));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    OCTET_ASSIGN_OR_RETURN(Layer layer, m->LoadLayer(ckpt, i, policy));
     m->layers_.push_back(std::move(layer));
     if (options.on_layer_loaded) options.on_layer_loaded(i + 1, c.num_layers);
   }
   OCTET_RETURN_IF_ERROR(m->CheckSharedWeightScales());
   return m;
+}
+
+void LlamaModel::ChooseRowParallelBlocks() {
+  if (!backend_.has_block_sums() ||
+      backend_.activation_dtype() != DType::kF32) {
+    return;
+  }
+  const ModelConfig& c = config_;
+  for (auto [blocks, k] : {std::pair{&o_blocks_, c.num_heads * c.head_dim},
+                           std::pair{&down_blocks_, c.intermediate_size}}) {
+    blocks->global = GlobalBlocks(k);
+    blocks->local =
+        blocks->global % plan_.size == 0 ? blocks->global / plan_.size : 0;
+  }
+}
+
+absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
+                                    const WeightPolicy& policy) {
+  // Each rank holds its rows of the vocabulary (all of them for one rank).
+  const WeightSlice vocab_rows{
+      {{plan_.vocab_begin, plan_.vocab_begin + plan_.vocab}}};
+  OCTET_ASSIGN_OR_RETURN(
+      embedding_, LoadTable(ckpt, "model.embed_tokens.weight", policy, backend_,
+                            vocab_rows));
+  if (config_.tie_word_embeddings) {
+    lm_head_.out = embedding_.out;
+    lm_head_.in = embedding_.in;
+    lm_head_.dtype = embedding_.dtype;
+    lm_head_.data = DeviceBuffer(nullptr, embedding_.data.data(),
+                                 embedding_.data.bytes());  // a view
+  } else {
+    OCTET_ASSIGN_OR_RETURN(lm_head_, LoadTable(ckpt, "lm_head.weight", policy,
+                                               backend_, vocab_rows));
+  }
+  OCTET_ASSIGN_OR_RETURN(final_norm_,
+                         LoadVectorF32(ckpt, "model.norm.weight", backend_));
+
+  const std::vector<float> inv_freq = RopeInverseFrequencies(config_);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer f,
+                         backend_.Allocate(inv_freq.size() * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(f.data(), inv_freq.data(),
+                                              inv_freq.size() * sizeof(float)));
+  inv_freq_ = std::move(f);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
+    const Checkpoint& ckpt, int64_t index, const WeightPolicy& policy) {
+  const std::string p = absl::StrCat("model.layers.", index, ".");
+  const LayerSlices slices = SliceLayer(config_, plan_);
+  Layer layer;
+  OCTET_ASSIGN_OR_RETURN(
+      layer.input_norm,
+      LoadVectorF32(ckpt, p + "input_layernorm.weight", backend_));
+  OCTET_ASSIGN_OR_RETURN(
+      layer.post_norm,
+      LoadVectorF32(ckpt, p + "post_attention_layernorm.weight", backend_));
+  struct Fused {
+    LinearWeight* dst;
+    std::vector<std::string> parts;
+    const WeightSlice& slice;
+  };
+  for (const Fused& fused :
+       {Fused{&layer.qkv,
+              {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+               p + "self_attn.v_proj.weight"},
+              slices.qkv},
+        Fused{&layer.o, {p + "self_attn.o_proj.weight"}, slices.o},
+        Fused{&layer.gate_up,
+              {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+              slices.gate_up},
+        Fused{&layer.down, {p + "mlp.down_proj.weight"}, slices.down}}) {
+    OCTET_ASSIGN_OR_RETURN(*fused.dst, LoadLinear(ckpt, fused.parts, policy,
+                                                  backend_, fused.slice));
+  }
+  return layer;
 }
 
 absl::Status LlamaModel::CheckSharedWeightScales() {
@@ -427,158 +456,211 @@ absl::Status LlamaModel::ForwardGreedy(absl::Span<const SequenceStep> steps,
                              n * sizeof(int32_t));
 }
 
-absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
-                             KvCache& cache, ForwardTrace* trace) {
-  const ModelConfig& c = config_;
+// A forward's host-side metadata, validated and laid out for upload.
+struct LlamaModel::HostBatch {
+  // Per new token: its id, position, cache slot and sequence.
+  std::vector<int32_t> ids, positions, slots, token_seq;
+  std::vector<int32_t> last_rows;  // per sequence: the row of its last token
+  std::vector<int32_t> tables;     // [sequences][max_blocks] block ids
+  int64_t max_blocks = 1;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(ids.size()); }
+  int64_t num_seqs() const { return static_cast<int64_t>(last_rows.size()); }
+};
+
+namespace {
+
+// Checks one step's positions, block table and token ids against the model
+// and the cache.
+absl::Status ValidateStep(const SequenceStep& s, const ModelConfig& c,
+                          const KvCache& cache) {
+  if (s.tokens.empty()) {
+    return absl::InvalidArgumentError("Forward: a step has no new tokens");
+  }
+  const int64_t num_new = static_cast<int64_t>(s.tokens.size());
+  // Checked before `end` is formed, so a huge start_position cannot wrap.
+  if (s.start_position < 0 ||
+      s.start_position > c.max_position_embeddings - num_new) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Forward: positions [", s.start_position, ", +", num_new,
+                     ") are outside [0, max_position_embeddings ",
+                     c.max_position_embeddings, ")"));
+  }
+  const int64_t end = s.start_position + num_new;
+  const int64_t needed_blocks = cache.BlocksFor(end);
+  if (needed_blocks > static_cast<int64_t>(s.block_table->size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Forward: block table of ", s.block_table->size(),
+                     " blocks cannot hold ", end, " tokens"));
+  }
+  // Attention reads every block up to `end`, not only the new tokens' ones.
+  for (int64_t b = 0; b < needed_blocks; ++b) {
+    const int32_t block = (*s.block_table)[b];
+    if (block < 0 || block >= cache.num_blocks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: block ", block, " is not in the cache"));
+    }
+  }
+  for (const int32_t id : s.tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: token id ", id, " outside [0, ", c.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaModel::HostBatch> LlamaModel::BuildBatch(
+    absl::Span<const SequenceStep> steps, const KvCache& cache) const {
   const int64_t num_seqs = static_cast<int64_t>(steps.size());
   if (num_seqs == 0) return absl::InvalidArgumentError("Forward: no sequences");
-
-  // Host-side metadata, validated.
-  std::vector<int32_t> ids, positions, slots, token_seq, last_rows;
-  int64_t max_blocks = 1;
+  HostBatch batch;
   for (const SequenceStep& s : steps) {
     if (s.block_table == nullptr) {
       return absl::InvalidArgumentError("Forward: a step has no block table");
     }
-    max_blocks = std::max<int64_t>(max_blocks, s.block_table->size());
+    batch.max_blocks =
+        std::max<int64_t>(batch.max_blocks, s.block_table->size());
   }
-  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
+  batch.tables.assign(num_seqs * batch.max_blocks, 0);
   for (int64_t i = 0; i < num_seqs; ++i) {
     const SequenceStep& s = steps[i];
-    if (s.tokens.empty()) {
-      return absl::InvalidArgumentError("Forward: a step has no new tokens");
-    }
-    const int64_t num_new = static_cast<int64_t>(s.tokens.size());
-    // Checked before `end` is formed, so a huge start_position cannot wrap.
-    if (s.start_position < 0 ||
-        s.start_position > c.max_position_embeddings - num_new) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Forward: positions [", s.start_position, ", +", num_new,
-                       ") are outside [0, max_position_embeddings ",
-                       c.max_position_embeddings, ")"));
-    }
-    const int64_t end = s.start_position + num_new;
-    const int64_t needed_blocks = cache.BlocksFor(end);
-    if (needed_blocks > static_cast<int64_t>(s.block_table->size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Forward: block table of ", s.block_table->size(),
-                       " blocks cannot hold ", end, " tokens"));
-    }
-    // Attention reads every block up to `end`, not only the new tokens' ones.
-    for (int64_t b = 0; b < needed_blocks; ++b) {
-      const int32_t block = (*s.block_table)[b];
-      if (block < 0 || block >= cache.num_blocks()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Forward: block ", block, " is not in the cache"));
-      }
-    }
+    OCTET_RETURN_IF_ERROR(ValidateStep(s, config_, cache));
     std::copy(s.block_table->begin(), s.block_table->end(),
-              tables.begin() + i * max_blocks);
+              batch.tables.begin() + i * batch.max_blocks);
     for (size_t j = 0; j < s.tokens.size(); ++j) {
-      const int32_t id = s.tokens[j];
-      if (id < 0 || id >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Forward: token id ", id, " outside [0, ", c.vocab_size, ")"));
-      }
       const int64_t pos = s.start_position + static_cast<int64_t>(j);
       const int32_t block = (*s.block_table)[pos / cache.block_size()];
-      ids.push_back(id);
-      positions.push_back(static_cast<int32_t>(pos));
-      slots.push_back(static_cast<int32_t>(block * cache.block_size() +
-                                           pos % cache.block_size()));
-      token_seq.push_back(static_cast<int32_t>(i));
+      batch.ids.push_back(s.tokens[j]);
+      batch.positions.push_back(static_cast<int32_t>(pos));
+      batch.slots.push_back(static_cast<int32_t>(block * cache.block_size() +
+                                                 pos % cache.block_size()));
+      batch.token_seq.push_back(static_cast<int32_t>(i));
     }
-    last_rows.push_back(static_cast<int32_t>(ids.size() - 1));
+    batch.last_rows.push_back(static_cast<int32_t>(batch.ids.size() - 1));
   }
-  const int64_t tokens = static_cast<int64_t>(ids.size());
-  OCTET_RETURN_IF_ERROR(Reserve(tokens, num_seqs, num_seqs * max_blocks));
+  return batch;
+}
+
+absl::Status LlamaModel::UploadBatch(const HostBatch& batch) {
+  const int64_t num_seqs = batch.num_seqs();
+  OCTET_RETURN_IF_ERROR(
+      Reserve(batch.num_tokens(), num_seqs, num_seqs * batch.max_blocks));
   Scratch& s = scratch_;
   auto upload = [&](DeviceBuffer& dst, const std::vector<int32_t>& src) {
     return backend_.CopyToDevice(dst.data(), src.data(),
                                  src.size() * sizeof(int32_t));
   };
-  OCTET_RETURN_IF_ERROR(upload(s.ids, ids));
-  OCTET_RETURN_IF_ERROR(upload(s.positions, positions));
-  OCTET_RETURN_IF_ERROR(upload(s.slots, slots));
-  OCTET_RETURN_IF_ERROR(upload(s.token_seq, token_seq));
-  OCTET_RETURN_IF_ERROR(upload(s.tables, tables));
-  OCTET_RETURN_IF_ERROR(upload(s.last_rows, last_rows));
+  OCTET_RETURN_IF_ERROR(upload(s.ids, batch.ids));
+  OCTET_RETURN_IF_ERROR(upload(s.positions, batch.positions));
+  OCTET_RETURN_IF_ERROR(upload(s.slots, batch.slots));
+  OCTET_RETURN_IF_ERROR(upload(s.token_seq, batch.token_seq));
+  OCTET_RETURN_IF_ERROR(upload(s.tables, batch.tables));
+  return upload(s.last_rows, batch.last_rows);
+}
 
+AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
+                                            const KvCache& cache) const {
+  const Scratch& s = scratch_;
   AttentionMetadata meta;
-  meta.num_tokens = tokens;
+  meta.num_tokens = batch.num_tokens();
   meta.positions = s.positions.as<int32_t>();
   meta.slots = s.slots.as<int32_t>();
   meta.token_seq = s.token_seq.as<int32_t>();
   meta.block_tables = s.tables.as<int32_t>();
-  meta.max_blocks = max_blocks;
+  meta.max_blocks = batch.max_blocks;
   meta.block_size = cache.block_size();
-  meta.sliding_window = c.sliding_window.value_or(0);
+  meta.sliding_window = config_.sliding_window.value_or(0);
+  return meta;
+}
 
-  const DType act = backend_.activation_dtype();
-  const int64_t h = c.hidden_size, hd = c.head_dim;
-  const int64_t heads = plan_.heads, kv_heads = plan_.kv_heads;
-  const int64_t q_width = heads * hd, kv_width = kv_heads * hd;
-  const int64_t qkv_width = q_width + 2 * kv_width;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const RowGroups seqs{num_seqs, meta.token_seq};
-
+absl::Status LlamaModel::Embed(int64_t tokens) {
+  const int64_t h = config_.hidden_size;
+  Scratch& s = scratch_;
   // Each rank embeds the ids in its vocabulary rows (zeros elsewhere).
   OCTET_RETURN_IF_ERROR(backend_.Embedding(
       embedding_.data.data(), embedding_.dtype, embedding_.out, h,
       plan_.vocab_begin, s.ids.as<int32_t>(), tokens, s.h.data()));
-  OCTET_RETURN_IF_ERROR(AllReduceSum(s.h.data(), tokens * h));
-  if (trace != nullptr) {
-    trace->layer_rms.clear();
-    trace->codes.clear();
-    trace->scales.clear();
+  return AllReduceSum(s.h.data(), tokens * h);
+}
+
+absl::Status LlamaModel::AttentionBlock(int64_t l,
+                                        const AttentionMetadata& meta,
+                                        const RowGroups& seqs, KvCache& cache,
+                                        ForwardTrace* trace) {
+  const ModelConfig& c = config_;
+  const Layer& layer = layers_[l];
+  Scratch& s = scratch_;
+  const DType act = backend_.activation_dtype();
+  const int64_t tokens = meta.num_tokens, h = c.hidden_size, hd = c.head_dim;
+  const int64_t heads = plan_.heads, kv_heads = plan_.kv_heads;
+  const int64_t q_width = heads * hd, kv_width = kv_heads * hd;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
+      s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
+  OCTET_RETURN_IF_ERROR(
+      Linear(layer.qkv, s.x.data(), tokens, seqs, false, s.qkv.data(), trace));
+  void* q = s.qkv.data();
+  void* k = Offset(q, q_width, act);
+  void* v = Offset(q, q_width + kv_width, act);
+  OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads, hd, qkv_width,
+                                      meta.positions, inv_freq_.as<float>()));
+  OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, kv_heads, hd, qkv_width,
+                                      meta.positions, inv_freq_.as<float>()));
+  OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, kv_heads, hd, meta,
+                                         cache.k(l), cache.v(l)));
+  OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
+                                           meta, cache.k(l), cache.v(l),
+                                           s.attn.data()));
+  OCTET_RETURN_IF_ERROR(RowParallelLinear(layer.o, o_blocks_,
+                                          layer.o_scale_shared, s.attn.data(),
+                                          tokens, seqs, s.proj.data(), trace));
+  return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
+}
+
+absl::Status LlamaModel::MlpBlock(const Layer& layer, int64_t tokens,
+                                  const RowGroups& seqs, ForwardTrace* trace) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Scratch& s = scratch_;
+  OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
+      s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
+  OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs, false,
+                               s.gate_up.data(), trace));
+  OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
+                                         plan_.intermediate, s.act.data()));
+  OCTET_RETURN_IF_ERROR(RowParallelLinear(layer.down, down_blocks_,
+                                          layer.down_scale_shared, s.act.data(),
+                                          tokens, seqs, s.proj.data(), trace));
+  return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
+}
+
+absl::Status LlamaModel::RecordLayerRms(int64_t tokens, ForwardTrace* trace) {
+  const DType act = backend_.activation_dtype();
+  const int64_t h = config_.hidden_size;
+  std::vector<uint8_t> host(tokens * h * DTypeSize(act));
+  OCTET_RETURN_IF_ERROR(
+      backend_.CopyToHost(host.data(), scratch_.h.data(), host.size()));
+  double sum = 0;
+  for (int64_t i = 0; i < tokens * h; ++i) {
+    const float v =
+        act == DType::kF32
+            ? reinterpret_cast<const float*>(host.data())[i]
+            : Bf16ToFloat(reinterpret_cast<const Bf16*>(host.data())[i]);
+    sum += double(v) * v;
   }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Layer& layer = layers_[l];
-    OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
-        s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
-    OCTET_RETURN_IF_ERROR(Linear(layer.qkv, s.x.data(), tokens, seqs, false,
-                                 s.qkv.data(), trace));
-    void* q = s.qkv.data();
-    void* k = Offset(q, q_width, act);
-    void* v = Offset(q, q_width + kv_width, act);
-    OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads, hd, qkv_width,
-                                        meta.positions, inv_freq_.as<float>()));
-    OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, kv_heads, hd, qkv_width,
-                                        meta.positions, inv_freq_.as<float>()));
-    OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, kv_heads, hd, meta,
-                                           cache.k(l), cache.v(l)));
-    OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
-                                             meta, cache.k(l), cache.v(l),
-                                             s.attn.data()));
-    OCTET_RETURN_IF_ERROR(
-        RowParallelLinear(layer.o, o_blocks_, layer.o_scale_shared,
-                          s.attn.data(), tokens, seqs, s.proj.data(), trace));
-    OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
-    OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
-        s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
-    OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs, false,
-                                 s.gate_up.data(), trace));
-    OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
-                                           plan_.intermediate, s.act.data()));
-    OCTET_RETURN_IF_ERROR(
-        RowParallelLinear(layer.down, down_blocks_, layer.down_scale_shared,
-                          s.act.data(), tokens, seqs, s.proj.data(), trace));
-    OCTET_RETURN_IF_ERROR(backend_.Add(s.h.data(), s.proj.data(), tokens * h));
-    if (trace != nullptr) {
-      std::vector<uint8_t> host(tokens * h * DTypeSize(act));
-      OCTET_RETURN_IF_ERROR(
-          backend_.CopyToHost(host.data(), s.h.data(), host.size()));
-      double sum = 0;
-      for (int64_t i = 0; i < tokens * h; ++i) {
-        const float v =
-            act == DType::kF32
-                ? reinterpret_cast<const float*>(host.data())[i]
-                : Bf16ToFloat(reinterpret_cast<const Bf16*>(host.data())[i]);
-        sum += double(v) * v;
-      }
-      trace->layer_rms.push_back(std::sqrt(sum / (tokens * h)));
-    }
-  }
+  trace->layer_rms.push_back(std::sqrt(sum / (tokens * h)));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  Scratch& s = scratch_;
   OCTET_RETURN_IF_ERROR(backend_.RmsNorm(s.h.data(), final_norm_.as<float>(),
                                          tokens, h, eps, s.x.data()));
   OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h,
@@ -603,6 +685,29 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
+                             KvCache& cache, ForwardTrace* trace) {
+  OCTET_ASSIGN_OR_RETURN(const HostBatch batch, BuildBatch(steps, cache));
+  OCTET_RETURN_IF_ERROR(UploadBatch(batch));
+  const AttentionMetadata meta = BatchMetadata(batch, cache);
+  const int64_t tokens = meta.num_tokens, num_seqs = batch.num_seqs();
+  const RowGroups seqs{num_seqs, meta.token_seq};
+  OCTET_RETURN_IF_ERROR(Embed(tokens));
+  if (trace != nullptr) {
+    trace->layer_rms.clear();
+    trace->codes.clear();
+    trace->scales.clear();
+  }
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    OCTET_RETURN_IF_ERROR(AttentionBlock(l, meta, seqs, cache, trace));
+    OCTET_RETURN_IF_ERROR(MlpBlock(layers_[l], tokens, seqs, trace));
+    if (trace != nullptr) {
+      OCTET_RETURN_IF_ERROR(RecordLayerRms(tokens, trace));
+    }
+  }
+  return Logits(tokens, num_seqs);
 }
 
 }  // namespace octet

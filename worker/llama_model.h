@@ -31,8 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
-#include "parallel/communicator.h"
 #include "model/checkpoint.h"
+#include "parallel/communicator.h"
 #include "worker/kv_cache.h"
 #include "worker/linear_loader.h"
 #include "worker/shard_plan.h"
@@ -84,9 +84,6 @@ class LlamaModel {
       const Checkpoint& ckpt, Backend& backend, const ModelOptions& options);
 
   const ModelConfig& config() const { return config_; }
-  const ShardPlan& plan() const { return plan_; }
-  Backend& backend() const { return backend_; }
-  LinearMethod method() const { return options_.method; }
 
   // A KV cache sized for this model on its backend.
   absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(
@@ -114,13 +111,6 @@ class LlamaModel {
   // tools). `which`: 0 qkv, 1 o, 2 gate_up, 3 down.
   const LinearWeight& projection(int64_t layer, int which) const;
 
-  // Whether results do not change with the TP degree (see above): false on
-  // backends without block sums, or when the TP degree does not divide the
-  // row-parallel layers' K blocks.
-  bool tp_invariant() const {
-    return o_blocks_.local > 0 && down_blocks_.local > 0;
-  }
-
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
 
@@ -146,6 +136,8 @@ class LlamaModel {
     DeviceBuffer last_hidden, logits, greedy;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
   };
+  // A forward's host-side metadata, validated (llama_model.cc).
+  struct HostBatch;
 
   LlamaModel(Backend& backend, const ModelConfig& config,
              const ModelOptions& options, const ShardPlan& plan)
@@ -154,10 +146,52 @@ class LlamaModel {
         options_(options),
         plan_(plan),
         sync_absmax_(options.sync_activation_absmax) {}
+
+  // Load's steps, in order.
+
+  // Sets o_blocks_ and down_blocks_ (none without binary32 block sums).
+  void ChooseRowParallelBlocks();
+  // Loads the embeddings, lm_head, final norm and RoPE frequencies.
+  absl::Status LoadTables(const Checkpoint& ckpt, const WeightPolicy& policy);
+  // Loads layer `index`: its norms and this rank's slices of its projections.
+  absl::StatusOr<Layer> LoadLayer(const Checkpoint& ckpt, int64_t index,
+                                  const WeightPolicy& policy);
+  // Records, per layer, whether every rank's FP8 o and down weights share
+  // one scale (one all-gather at load).
+  absl::Status CheckSharedWeightScales();
+
   // The forward pass; leaves the binary32 logits [steps][vocab] in
-  // scratch_.logits on the device.
+  // scratch_.logits on the device. Its steps follow, in order.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
                    ForwardTrace* trace);
+  // Checks the steps and lays out their host-side metadata.
+  absl::StatusOr<HostBatch> BuildBatch(absl::Span<const SequenceStep> steps,
+                                       const KvCache& cache) const;
+  // Grows the scratch for `batch` and copies its metadata to the device.
+  absl::Status UploadBatch(const HostBatch& batch);
+  // The attention metadata of `batch` once uploaded.
+  AttentionMetadata BatchMetadata(const HostBatch& batch,
+                                  const KvCache& cache) const;
+  // Embeds the uploaded ids into scratch_.h, summed across the ranks.
+  absl::Status Embed(int64_t tokens);
+  // h += layer `l`'s attention: norm, QKV, RoPE, KV write, attention, o_proj
+  // (summed across the ranks).
+  absl::Status AttentionBlock(int64_t l, const AttentionMetadata& meta,
+                              const RowGroups& seqs, KvCache& cache,
+                              ForwardTrace* trace);
+  // h += the layer's MLP: norm, gate_up, SiLU and multiply, down_proj (summed
+  // across the ranks).
+  absl::Status MlpBlock(const Layer& layer, int64_t tokens,
+                        const RowGroups& seqs, ForwardTrace* trace);
+  // Appends the RMS of the residual stream to trace->layer_rms.
+  absl::Status RecordLayerRms(int64_t tokens, ForwardTrace* trace);
+  // Final norm and lm_head on each sequence's last token, into
+  // scratch_.logits (gathered from the ranks' vocabulary slices).
+  absl::Status Logits(int64_t tokens, int64_t num_seqs);
+
+  // Forward's building blocks.
+
+  // Grows the scratch to hold a forward of this size.
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
   // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
   // `row_parallel`: x is this rank's slice of the input.
@@ -177,9 +211,6 @@ class LlamaModel {
                                  bool scale_shared, const void* x, int64_t rows,
                                  const RowGroups& seqs, void* y,
                                  ForwardTrace* trace);
-  // Records, per layer, whether every rank's FP8 o and down weights share
-  // one scale (one all-gather at load).
-  absl::Status CheckSharedWeightScales();
   // Sums `count` activations across the ranks (row-parallel outputs,
   // embeddings); nothing on one rank.
   absl::Status AllReduceSum(void* x, int64_t count);

@@ -1,6 +1,7 @@
 #include "worker/shard_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -22,12 +23,10 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const ModelConfig& c, int rank,
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor parallelism: rank ", rank, " is not in [0, ", size, ")"));
   }
-  for (absl::Status s :
-       {Divides(c.num_heads, "num_attention_heads", size),
-        Divides(c.intermediate_size, "intermediate_size", size),
-        Divides(c.vocab_size, "vocab_size", size)}) {
-    if (!s.ok()) return s;
-  }
+  OCTET_RETURN_IF_ERROR(Divides(c.num_heads, "num_attention_heads", size));
+  OCTET_RETURN_IF_ERROR(
+      Divides(c.intermediate_size, "intermediate_size", size));
+  OCTET_RETURN_IF_ERROR(Divides(c.vocab_size, "vocab_size", size));
   if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_key_value_heads = ", c.num_kv_heads, " and the ", size,
