@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 
@@ -66,11 +67,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(EngineOptions options) {
   if (!options.start_group) {
     return absl::InvalidArgumentError("engine: start_group is required");
   }
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-      Scheduler::Create(options.scheduler);
-  if (!scheduler.ok()) return scheduler.status();
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
+                         Scheduler::Create(options.scheduler));
   std::unique_ptr<Engine> e(new Engine(std::move(options)));
-  e->scheduler_ = *std::move(scheduler);
+  e->scheduler_ = std::move(scheduler);
   e->thread_ = std::thread(&Engine::Loop, e.get());
   return e;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -47,9 +48,8 @@ absl::Status CheckPrompt(const v1::GenerateRequest& r,
       const auto& ids = r.token_ids().ids();
       if (ids.empty()) return Invalid("input.token_ids", "is empty");
       for (int i = 0; i < ids.size(); ++i) {
-        absl::Status s =
-            CheckId(ids[i], limits, absl::StrCat("input.token_ids[", i, "]"));
-        if (!s.ok()) return s;
+        OCTET_RETURN_IF_ERROR(
+            CheckId(ids[i], limits, absl::StrCat("input.token_ids[", i, "]")));
       }
       prompt->assign(ids.begin(), ids.end());
       return absl::OkStatus();
@@ -131,9 +131,9 @@ absl::Status CheckStopping(const v1::StoppingCriteria& s,
                                 " ids, more than ", kMaxStopTokenIds));
   }
   for (int i = 0; i < s.stop_token_ids_size(); ++i) {
-    absl::Status st = CheckId(s.stop_token_ids(i), limits,
-                              absl::StrCat("stopping.stop_token_ids[", i, "]"));
-    if (!st.ok()) return st;
+    OCTET_RETURN_IF_ERROR(
+        CheckId(s.stop_token_ids(i), limits,
+                absl::StrCat("stopping.stop_token_ids[", i, "]")));
     out->stop_token_ids.push_back(s.stop_token_ids(i));
   }
   if (!s.ignore_eos()) out->eos_ids = limits.eos_ids;
@@ -157,18 +157,15 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
     }
   }
   out.request_id = request.request_id();
-  absl::Status s = CheckPrompt(request, limits, encode, &out.prompt);
-  if (!s.ok()) return s;
+  OCTET_RETURN_IF_ERROR(CheckPrompt(request, limits, encode, &out.prompt));
   if (static_cast<int64_t>(out.prompt.size()) >= limits.max_context) {
     return Invalid(
         "input", absl::StrCat("is ", out.prompt.size(),
                               " tokens: the context holds ", limits.max_context,
                               ", prompt and at least one new token"));
   }
-  s = CheckSampling(request.sampling(), &out);
-  if (!s.ok()) return s;
-  s = CheckStopping(request.stopping(), limits, &out);
-  if (!s.ok()) return s;
+  OCTET_RETURN_IF_ERROR(CheckSampling(request.sampling(), &out));
+  OCTET_RETURN_IF_ERROR(CheckStopping(request.stopping(), limits, &out));
   out.logprobs = request.logprobs();
   return out;
 }

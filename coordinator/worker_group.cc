@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
 
@@ -59,11 +60,10 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
     effective.rendezvous_host.clear();
   }
   std::unique_ptr<WorkerGroup> g(new WorkerGroup(effective));
-  absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
-      RendezvousServer::Start(effective.rendezvous_listen, &g->store_,
-                              effective.token);
-  if (!server.ok()) return server.status();
-  g->rendezvous_ = *std::move(server);
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
+                         RendezvousServer::Start(effective.rendezvous_listen,
+                                                 &g->store_, effective.token));
+  g->rendezvous_ = std::move(server);
   absl::Status s =
       options.remote.empty() ? g->Spawn() : g->Connect(options.remote);
   if (s.ok()) s = g->LoadAll(progress);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "kernels/status_macros.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
 #include "parallel/store.h"
@@ -171,32 +172,27 @@ grpc::Status WorkerService::Load(
   absl::Status s = [&]() -> absl::Status {
     const rpc::LoadRequest& r = *request;
     result->rank = r.rank();
-    absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
-        Checkpoint::Open(r.model_dir());
-    if (!ckpt.ok()) return ckpt.status();
-    result->checkpoint = *std::move(ckpt);
+    OCTET_ASSIGN_OR_RETURN(result->checkpoint, Checkpoint::Open(r.model_dir()));
     const int64_t layers = result->checkpoint->config().num_layers;
     const CpuKernelOptions cpu{.num_threads = r.threads()};
-    absl::StatusOr<std::unique_ptr<Backend>> backend =
-        NewBackend(ToDeviceChoice(r.device()), cpu, r.cuda_device());
-    if (!backend.ok()) return backend.status();
-    result->backend = *std::move(backend);
+    OCTET_ASSIGN_OR_RETURN(
+        result->backend,
+        NewBackend(ToDeviceChoice(r.device()), cpu, r.cuda_device()));
     if (r.world_size() == 1) {
       result->comm = NewSingleRankCommunicator();
     } else {
       report(0, layers, absl::StrCat("joining the group of ", r.world_size()));
-      absl::StatusOr<std::string> target =
-          RendezvousTarget(r.rendezvous_address(), context->peer());
-      if (!target.ok()) return target.status();
-      GrpcStore store(*target, options_.token);
+      OCTET_ASSIGN_OR_RETURN(
+          const std::string target,
+          RendezvousTarget(r.rendezvous_address(), context->peer()));
+      GrpcStore store(target, options_.token);
       const absl::Duration timeout =
           r.collective_timeout_ms() > 0
               ? absl::Milliseconds(r.collective_timeout_ms())
               : absl::Seconds(60);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          NewCpuCommunicator(store, r.rank(), r.world_size(),
-                             ToCpuTransport(r.transport()),
-                             r.group(), timeout, options_.collective_host);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = NewCpuCommunicator(
+          store, r.rank(), r.world_size(), ToCpuTransport(r.transport()),
+          r.group(), timeout, options_.collective_host);
       if (!comm.ok()) return comm.status();
       result->comm = *std::move(comm);
     }
@@ -209,14 +205,12 @@ grpc::Status WorkerService::Load(
     o.on_layer_loaded = [&](int64_t done, int64_t total) {
       report(done, total, "loading layers");
     };
-    absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-        LlamaModel::Load(*result->checkpoint, *result->backend, o);
-    if (!model.ok()) return model.status();
-    result->model = *std::move(model);
-    absl::StatusOr<std::unique_ptr<KvCache>> cache = result->model->NewKvCache(
-        {.block_size = r.kv_block_size(), .num_blocks = r.kv_blocks()});
-    if (!cache.ok()) return cache.status();
-    result->cache = *std::move(cache);
+    OCTET_ASSIGN_OR_RETURN(
+        result->model,
+        LlamaModel::Load(*result->checkpoint, *result->backend, o));
+    OCTET_ASSIGN_OR_RETURN(result->cache, result->model->NewKvCache(
+                                              {.block_size = r.kv_block_size(),
+                                               .num_blocks = r.kv_blocks()}));
     // The last message says what the rank computes in (ModelInfo.dtype).
     rpc::LoadProgress loaded;
     loaded.set_done(layers);
