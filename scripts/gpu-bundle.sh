@@ -22,11 +22,11 @@ mkdir -p "$out/bin" "$out/lib"
 # Every gpu-labelled test program, the benchmarks and the CLI.
 programs=(bench_gemm bench_decode octet)
 for t in build/bin/*_test; do
-  case "$(basename "$t")" in *cuda*|*nccl*) programs+=("$(basename "$t")") ;; esac
+  case "$(basename "$t")" in *cuda*|*nccl*|backend_table_test) programs+=("$(basename "$t")") ;; esac
 done
 for p in "${programs[@]}"; do cp "build/bin/$p" "$out/bin/"; done
 # SentencePiece is a module the programs load from their own folder
-# (worker/sentencepiece_bridge.h).
+# (model/sentencepiece_bridge.h).
 cp build/bin/liboctet_sentencepiece.so "$out/bin/"
 programs+=(liboctet_sentencepiece.so)
 cp scripts/gpu-check.sh "$out/"

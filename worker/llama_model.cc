@@ -129,7 +129,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
                     comm != nullptr ? comm->size() : 1));
   if (plan.size > 1 && backend.kind() != DeviceKind::kCpu) {
     return absl::UnimplementedError(
-        "tensor parallelism on CUDA needs the NCCL communicator (to come)");
+        "tensor parallelism on CUDA ranks is not built yet: the worker "
+        "does not use the NCCL communicator (docs/design.md, \"Not built "
+        "yet\")");
   }
   std::unique_ptr<LlamaModel> m(new LlamaModel(backend, config, options, plan));
   m->ChooseRowParallelBlocks();
