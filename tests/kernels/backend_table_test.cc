@@ -73,6 +73,8 @@
 namespace octet {
 namespace {
 
+using testing::NormalBf16Values;
+
 // ------------------------------------------------------------ the table
 
 // One output of a case. kBits: compared bit for bit (codes, float bits,
@@ -133,15 +135,6 @@ constexpr Tolerance kGemmAct{0x1.1p-7, 0};
 constexpr Tolerance kGemmF32{0x1p-22, 0};
 
 // ------------------------------------------------------------ inputs
-
-// Normal values rounded to bfloat16, so both backends start from them.
-std::vector<float> Values(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = Bf16ToFloat(FloatToBf16(d(rng)));
-  return v;
-}
 
 // Normal binary32 values (for binary32 inputs: tables, logits, sums).
 std::vector<float> F32Values(int64_t n, uint32_t seed, float scale = 1.0f) {
@@ -322,7 +315,8 @@ absl::StatusOr<Output> RunEmbedding(Backend& b, DType table_dtype) {
   const int64_t n = ids.size();
   DeviceBuffer table;
   if (bf16) {
-    OCTET_ASSIGN_OR_RETURN(table, Upload(b, ToBf16(Values(rows * cols, 11))));
+    OCTET_ASSIGN_OR_RETURN(
+        table, Upload(b, ToBf16(NormalBf16Values(rows * cols, 11))));
   } else {
     // binary32 values that are not bfloat16-exact: CUDA rounds them once.
     OCTET_ASSIGN_OR_RETURN(table, Upload(b, F32Values(rows * cols, 12)));
@@ -341,7 +335,7 @@ absl::StatusOr<Output> RunEmbedding(Backend& b, DType table_dtype) {
 
 absl::StatusOr<Output> RunRmsNorm(Backend& b, int64_t rows, int64_t cols,
                                   float eps, uint32_t seed) {
-  const std::vector<float> x = Values(rows * cols, seed, 2.0f);
+  const std::vector<float> x = NormalBf16Values(rows * cols, seed, 2.0f);
   const std::vector<float> w = F32Values(cols, seed + 1);  // binary32
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dw, Upload(b, w));
@@ -358,8 +352,10 @@ absl::StatusOr<Output> RunRmsNorm(Backend& b, int64_t rows, int64_t cols,
 // x += y: an exact binary32 sum of two bfloat16 values, rounded once.
 absl::StatusOr<Output> RunAdd(Backend& b, const Env&) {
   const int64_t count = 37 * 200 + 3;
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x, UploadAct(b, Values(count, 21, 3.0f)));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, UploadAct(b, Values(count, 22)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                         UploadAct(b, NormalBf16Values(count, 21, 3.0f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y,
+                         UploadAct(b, NormalBf16Values(count, 22)));
   OCTET_RETURN_IF_ERROR(b.Add(x.data(), y.data(), count));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> sum, ReadAct(b, x.data(), count));
   Output o;
@@ -380,7 +376,7 @@ absl::StatusOr<Output> RunRope(Backend& b, int64_t heads, int64_t kv_heads,
     inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   }
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
-                         UploadAct(b, Values(rows * stride, 31)));
+                         UploadAct(b, NormalBf16Values(rows * stride, 31)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer pos, Upload(b, positions));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer freq, Upload(b, inv_freq));
   OCTET_RETURN_IF_ERROR(b.Rope(x.data(), rows, heads, head_dim, stride,
@@ -397,8 +393,9 @@ absl::StatusOr<Output> RunRope(Backend& b, int64_t heads, int64_t kv_heads,
 
 absl::StatusOr<Output> RunSiluMul(Backend& b, const Env&) {
   const int64_t rows = 37, cols = 100;  // x rows are [gate | up], 2 * cols
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
-                         UploadAct(b, Values(rows * 2 * cols, 41, 3.0f)));
+  OCTET_ASSIGN_OR_RETURN(
+      DeviceBuffer x,
+      UploadAct(b, NormalBf16Values(rows * 2 * cols, 41, 3.0f)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer out, ActOut(b, rows * cols));
   OCTET_RETURN_IF_ERROR(b.SiluMul(x.data(), rows, cols, out.data()));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> y,
@@ -492,11 +489,11 @@ absl::StatusOr<Output> RunWriteKv(Backend& b, const Env&) {
   const int64_t tokens = l.slots.size();
   OCTET_ASSIGN_OR_RETURN(DeviceMeta m, UploadMeta(b, l, 0));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer qkv,
-                         UploadAct(b, Values(tokens * stride, 52)));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer kc,
-                         UploadAct(b, Values(l.num_slots * width, 53)));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer vc,
-                         UploadAct(b, Values(l.num_slots * width, 54)));
+                         UploadAct(b, NormalBf16Values(tokens * stride, 52)));
+  OCTET_ASSIGN_OR_RETURN(
+      DeviceBuffer kc, UploadAct(b, NormalBf16Values(l.num_slots * width, 53)));
+  OCTET_ASSIGN_OR_RETURN(
+      DeviceBuffer vc, UploadAct(b, NormalBf16Values(l.num_slots * width, 54)));
   OCTET_RETURN_IF_ERROR(
       b.WriteKv(ActAt(qkv.data(), heads * head_dim, b),
                 ActAt(qkv.data(), (heads + kv_heads) * head_dim, b), stride,
@@ -531,7 +528,7 @@ absl::StatusOr<Output> RunAttention(Backend& b, const Env& env,
   const int64_t width = c.kv_heads * head_dim;
   const Layout l = MakeLayout(c.seqs, c.block_size, 61 + head_dim);
   const int64_t tokens = l.slots.size();
-  const std::vector<float> kv = Values(2 * l.num_slots * width, 62);
+  const std::vector<float> kv = NormalBf16Values(2 * l.num_slots * width, 62);
   std::vector<float> k(l.num_slots * width, NAN), v(l.num_slots * width, NAN);
   for (int32_t slot : l.cached_slots) {
     for (int64_t i = 0; i < width; ++i) {
@@ -543,7 +540,7 @@ absl::StatusOr<Output> RunAttention(Backend& b, const Env& env,
       (c.fused_q ? c.heads + 2 * c.kv_heads : c.heads) * head_dim;
   OCTET_ASSIGN_OR_RETURN(DeviceMeta m, UploadMeta(b, l, c.window));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer q,
-                         UploadAct(b, Values(tokens * q_stride, 63)));
+                         UploadAct(b, NormalBf16Values(tokens * q_stride, 63)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer kc, UploadAct(b, k));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer vc, UploadAct(b, v));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer out,
@@ -587,8 +584,8 @@ double Bf16TensorCoreRel(int64_t k) { return k * 0x1p-24; }
 // binary32 (logits).
 absl::StatusOr<Output> RunGemm(Backend& b, int64_t rows, int64_t in,
                                int64_t out, bool f32_out, uint32_t seed) {
-  const std::vector<float> x = Values(rows * in, seed);
-  const std::vector<float> w = Values(out * in, seed + 1, 0.0625f);
+  const std::vector<float> x = NormalBf16Values(rows * in, seed);
+  const std::vector<float> w = NormalBf16Values(out * in, seed + 1, 0.0625f);
   LinearWeight lw = WeightShape(out, in, DType::kBf16);
   OCTET_ASSIGN_OR_RETURN(lw.data, Upload(b, ToBf16(w)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
@@ -656,7 +653,7 @@ absl::StatusOr<Output> RunAbsMaxQuantize(Backend& b,
 // Activations of four sequences of 3, 1, 7 and 2 rows whose magnitudes
 // differ (exact powers of two), the last all signed zeros.
 std::vector<float> GroupedActivations(int64_t cols) {
-  std::vector<float> x = Values(13 * cols, 71);
+  std::vector<float> x = NormalBf16Values(13 * cols, 71);
   for (int64_t i = 3 * cols; i < 4 * cols; ++i) x[i] *= 32.0f;
   for (int64_t i = 4 * cols; i < 11 * cols; ++i) x[i] *= 0.0625f;
   for (int64_t i = 11 * cols; i < 13 * cols; ++i) x[i] = i % 2 ? -0.0f : 0.0f;
@@ -681,7 +678,7 @@ std::vector<float> SpecialActivations(int64_t n, uint32_t seed, bool inf) {
 absl::StatusOr<Output> RunQuantizeStatic(Backend& b, int64_t count,
                                          int64_t offset) {
   std::vector<float> x(offset, 0.0f);
-  const std::vector<float> v = Values(count, 81 + offset, 2.0f);
+  const std::vector<float> v = NormalBf16Values(count, 81 + offset, 2.0f);
   x.insert(x.end(), v.begin(), v.end());
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer scale,
@@ -787,8 +784,8 @@ absl::StatusOr<Output> RunGemmBlockSums(Backend& b, bool e4m3, int64_t k_blocks,
     OCTET_ASSIGN_OR_RETURN(w, E4m3Weight(b, out, in, qw, 0.25f));
     OCTET_ASSIGN_OR_RETURN(dx, Upload(b, qx));
   } else {
-    xf = Values(rows * in, seed);
-    wf = Values(out * in, seed + 1, 0.0625f);
+    xf = NormalBf16Values(rows * in, seed);
+    wf = NormalBf16Values(out * in, seed + 1, 0.0625f);
     w = WeightShape(out, in, DType::kBf16);
     OCTET_ASSIGN_OR_RETURN(w.data, Upload(b, ToBf16(wf)));
     OCTET_ASSIGN_OR_RETURN(dx, UploadAct(b, xf));
@@ -870,7 +867,7 @@ absl::StatusOr<Output> RunGatherRows(Backend& b, const Env&) {
   const std::vector<int32_t> pick = {5, 0, 36, 5, 17};
   const int64_t n = pick.size();
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
-                         UploadAct(b, Values(rows * cols, 111)));
+                         UploadAct(b, NormalBf16Values(rows * cols, 111)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer idx, Upload(b, pick));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer out, ActOut(b, n * cols));
   OCTET_RETURN_IF_ERROR(

@@ -20,14 +20,7 @@
 namespace octet {
 namespace {
 
-// Random bfloat16-exact values, so both backends start from the same numbers.
-std::vector<float> Values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = Bf16ToFloat(FloatToBf16(d(rng)));
-  return v;
-}
+using testing::NormalBf16Values;
 
 class CudaOpsTest : public ::testing::Test {
  protected:
@@ -84,9 +77,9 @@ class CudaOpsTest : public ::testing::Test {
 
 TEST_F(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
   const int64_t rows = 37, cols = 200;
-  const std::vector<float> x = Values(rows * cols, 1, 2.0f),
-                           y = Values(rows * cols, 2);
-  std::vector<float> weight = Values(cols, 3);
+  const std::vector<float> x = NormalBf16Values(rows * cols, 1, 2.0f),
+                           y = NormalBf16Values(rows * cols, 2);
+  std::vector<float> weight = NormalBf16Values(cols, 3);
   for (Backend* b : {cpu_.get(), gpu_.get()}) ASSERT_NE(b, nullptr);
   std::vector<std::vector<float>> norm(2), sum(2), silu(2), gathered(2);
   const std::vector<int32_t> pick = {5, 0, 36, 5};
@@ -117,7 +110,7 @@ TEST_F(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
 TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
   const int64_t vocab = 50, hidden = 64, tokens = 9, heads = 3, head_dim = 32;
   std::vector<Bf16> table(vocab * hidden);
-  const std::vector<float> tv = Values(vocab * hidden, 4);
+  const std::vector<float> tv = NormalBf16Values(vocab * hidden, 4);
   for (size_t j = 0; j < tv.size(); ++j) table[j] = FloatToBf16(tv[j]);
   const std::vector<int32_t> ids = {0, 49, 7,  60, 7,
                                     3, 20, 19, 1};  // 60: other shard
@@ -126,7 +119,7 @@ TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
   std::vector<float> inv_freq(head_dim / 2);
   for (int64_t f = 0; f < head_dim / 2; ++f)
     inv_freq[f] = std::pow(10000.0f, -2.0f * f / head_dim);
-  const std::vector<float> q = Values(tokens * heads * head_dim, 5);
+  const std::vector<float> q = NormalBf16Values(tokens * heads * head_dim, 5);
   std::vector<std::vector<float>> emb(2), rope(2);
   int i = 0;
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
@@ -157,7 +150,7 @@ TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
   const int64_t in = 256, out = 64;
   const std::vector<int32_t> seq = {0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2};
   const int64_t rows = static_cast<int64_t>(seq.size());
-  std::vector<float> x = Values(rows * in, 8);
+  std::vector<float> x = NormalBf16Values(rows * in, 8);
   for (int64_t j = 3 * in; j < 4 * in; ++j) x[j] *= 32.0f;       // exact
   for (int64_t j = 4 * in; j < rows * in; ++j) x[j] *= 0.0625f;  // exact
   const std::vector<uint8_t> codes = testing::RandomCodes(out * in, 9);
@@ -211,7 +204,7 @@ TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
 TEST_F(CudaOpsTest, ArgmaxMatchesTheCpu) {
   // Rows with ties, NaN, all -inf and all NaN, then random logits.
   const int64_t cols = 1000;
-  std::vector<float> x = Values(8 * cols, 8, 3.0f);
+  std::vector<float> x = NormalBf16Values(8 * cols, 8, 3.0f);
   for (int64_t c = 0; c < cols; ++c) {
     x[0 * cols + c] = c % 7 == 3 ? 5.0f : 1.0f;  // tie: first 5 wins
     x[1 * cols + c] = c % 2 ? NAN : -2.0f;
@@ -256,7 +249,7 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
   const int64_t width = kv_heads * head_dim;
   std::vector<float> k_cache(blocks * block * width),
       v_cache(blocks * block * width);
-  const std::vector<float> kv = Values(2 * blocks * block * width, 6);
+  const std::vector<float> kv = NormalBf16Values(2 * blocks * block * width, 6);
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (int64_t p = 0; p < seqs[s].start + seqs[s].count; ++p) {
       const int64_t slot = tables[s][p / block] * block + p % block;
@@ -272,7 +265,7 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
     }
   }
   const int64_t tokens = positions.size();
-  const std::vector<float> q = Values(tokens * heads * head_dim, 7);
+  const std::vector<float> q = NormalBf16Values(tokens * heads * head_dim, 7);
   for (int64_t window : {0, 5}) {
     std::vector<std::vector<float>> out(2);
     int i = 0;

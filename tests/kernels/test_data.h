@@ -37,6 +37,17 @@ inline std::vector<Bf16> RandomBf16(int64_t count, uint32_t seed) {
   return v;
 }
 
+// Normal values (standard deviation `scale`) rounded to bfloat16, so that
+// backends computing in bfloat16 and in binary32 start from the same numbers.
+inline std::vector<float> NormalBf16Values(int64_t n, uint32_t seed,
+                                           float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = Bf16ToFloat(FloatToBf16(d(rng)));
+  return v;
+}
+
 // Normal values spread over 2^-30 .. 2^12, with the awkward ones mixed in
 // every 13th element: signed zeros, NaN, a binary32 subnormal, the e4m3
 // maximum and the values around saturation, a rounding tie.
