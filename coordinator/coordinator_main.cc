@@ -117,6 +117,7 @@ class Health {
   grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
 };
+
 void OnSignal(int sig) { stop_signal = sig; }
 
 namespace rpc = internal::v1;

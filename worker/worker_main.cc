@@ -11,8 +11,9 @@
 // as the peers would; 127.0.0.1 on a Unix socket).
 //
 // The model is loaded when the coordinator sends Load. A TCP address needs
-// --token_file: the group's shared token, which every call must carry. On a
-// Unix socket (a local coordinator started it) it ends with its parent.
+// --token_file: the group's shared token, which every call must carry. A
+// coordinator that spawns it passes --parent_pid, and it ends with that
+// process.
 // Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
 // step or a new group asks it to load (exit code 1: a worker joins one
 // group in its life; its supervisor starts a fresh one).
@@ -30,6 +31,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "model/file_util.h"
 #include "worker/worker_service.h"
 
@@ -38,6 +40,9 @@ ABSL_FLAG(
     "where to serve: unix:PATH (local) or HOST:PORT (needs --token_file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the group's shared token (required for HOST:PORT)");
+ABSL_FLAG(int, parent_pid, 0,
+          "the coordinator that spawned this worker: it ends when that "
+          "process does (0: started some other way)");
 ABSL_FLAG(std::string, host, "",
           "address the other ranks reach this one at, for Gloo collectives "
           "(default: the --listen host, or this machine's host name when "
@@ -79,12 +84,16 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty())
     return Fail("--listen is required (unix:PATH or HOST:PORT)");
-  if (absl::StartsWith(listen, "unix:")) {
+  if (const int parent = absl::GetFlag(FLAGS_parent_pid); parent > 0) {
     // Started by a coordinator on this machine: end with it, rather than
-    // linger holding the model's memory if it dies.
+    // linger holding the model's memory if it dies. The signal is armed
+    // first, then the parent compared: one that died before could not send
+    // it. (Not getppid() == 1: in a container the coordinator is PID 1.)
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() == 1)
-      return Fail("the coordinator that started this is gone");
+    if (getppid() != parent) {
+      return Fail(absl::StrCat("the coordinator that started this (pid ",
+                               parent, ") is gone"));
+    }
   }
   octet::WorkerServiceOptions options;
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
