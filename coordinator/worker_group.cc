@@ -114,9 +114,9 @@ absl::Status WorkerGroup::Spawn() {
   std::vector<std::string> targets;
   for (int r = 0; r < options_.tp; ++r) {
     const std::string socket = absl::StrCat(dir, "/rank", r, ".sock");
-    std::vector<std::string> args = {
-        options_.worker_program, "--listen=unix:" + socket,
-        absl::StrCat("--parent_pid=", getpid())};
+    std::vector<std::string> args = {options_.worker_program,
+                                     "--listen=unix:" + socket,
+                                     absl::StrCat("--parent_pid=", getpid())};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
