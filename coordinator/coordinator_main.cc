@@ -259,16 +259,22 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   return o;
 }
 
-// What the coordinator itself reads of the model: config.json and, when
-// there is one, the tokenizer.
+// What the coordinator itself reads of the model: config.json (checked
+// against the TP degree) and, when there is one, the tokenizer.
 struct ModelFacts {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;  // null: token ids only
 };
 
-absl::StatusOr<ModelFacts> ReadModel(const std::string& dir) {
+absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   ModelFacts m;
   OCTET_ASSIGN_OR_RETURN(m.config, LoadModelConfig(dir));
+  // A split that cannot work fails every load the same way: say so now,
+  // before any worker starts, rather than restart groups forever.
+  if (absl::Status s = CheckTensorParallelSplit(m.config, tp); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": --tp ", tp, ": ", s.message()));
+  }
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
   if (tokenizer.ok()) {
     m.tokenizer = *std::move(tokenizer);
@@ -437,7 +443,7 @@ int Main() {
   absl::StatusOr<CoordinatorOptions> options = ParseFlags();
   if (!options.ok()) return Usage(std::string(options.status().message()));
   const CoordinatorOptions& o = *options;
-  absl::StatusOr<ModelFacts> model = ReadModel(o.model);
+  absl::StatusOr<ModelFacts> model = ReadModel(o.model, o.tp);
   if (!model.ok()) return Usage(std::string(model.status().message()));
   // Metrics first: the engine counts into them from its start.
   Metrics metrics;

@@ -297,6 +297,29 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
   return c;
 }
 
+absl::Status CheckTensorParallelSplit(const ModelConfig& c, int size) {
+  if (size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallelism over ", size, " ranks"));
+  }
+  for (const auto& [value, name] :
+       {std::pair<int64_t, const char*>{c.num_heads, "num_attention_heads"},
+        {c.intermediate_size, "intermediate_size"},
+        {c.vocab_size, "vocab_size"}}) {
+    if (value % size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " = ", value, " does not divide by the ", size,
+                       " tensor-parallel ranks"));
+    }
+  }
+  if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_key_value_heads = ", c.num_kv_heads, " and the ", size,
+        " tensor-parallel ranks: one must divide the other"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // real ones: ~1 KB
   const std::string path = absl::StrCat(model_dir, "/config.json");

@@ -59,6 +59,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
 // Reads and parses DIR/config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
+// Whether the model splits across `size` tensor-parallel ranks (Megatron
+// layout, worker/shard_plan.h): attention heads, the MLP's rows and the
+// vocabulary divide by `size`, and KV heads divide by it or it by them.
+// InvalidArgument naming the dimension otherwise. Known from config.json
+// alone, so the coordinator checks it before any worker starts.
+absl::Status CheckTensorParallelSplit(const ModelConfig& config, int size);
+
 // config.json text for `config` (what make-model and quantize write).
 std::string ModelConfigToJson(const ModelConfig& config);
 

@@ -4,18 +4,6 @@
 #include "kernels/status_macros.h"
 
 namespace octet {
-namespace {
-
-absl::Status Divides(int64_t value, const char* name, int size) {
-  if (value % size != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " = ", value, " does not divide by the ", size,
-                     " tensor-parallel ranks"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<ShardPlan> MakeShardPlan(const ModelConfig& c, int rank,
                                         int size) {
@@ -23,15 +11,7 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const ModelConfig& c, int rank,
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor parallelism: rank ", rank, " is not in [0, ", size, ")"));
   }
-  OCTET_RETURN_IF_ERROR(Divides(c.num_heads, "num_attention_heads", size));
-  OCTET_RETURN_IF_ERROR(
-      Divides(c.intermediate_size, "intermediate_size", size));
-  OCTET_RETURN_IF_ERROR(Divides(c.vocab_size, "vocab_size", size));
-  if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_key_value_heads = ", c.num_kv_heads, " and the ", size,
-        " tensor-parallel ranks: one must divide the other"));
-  }
+  OCTET_RETURN_IF_ERROR(CheckTensorParallelSplit(c, size));
   ShardPlan p;
   p.rank = rank;
   p.size = size;

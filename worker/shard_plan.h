@@ -29,7 +29,7 @@ struct ShardPlan {
 };
 
 // The plan for rank `rank` of `size`; a dimension that does not divide gives
-// InvalidArgument naming it.
+// InvalidArgument naming it (CheckTensorParallelSplit, model/).
 absl::StatusOr<ShardPlan> MakeShardPlan(const ModelConfig& config, int rank,
                                         int size);
 

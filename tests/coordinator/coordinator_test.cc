@@ -30,11 +30,11 @@
 #include "coordinator/proto/reflection_client.grpc.pb.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "kernels/cpu/backend.h"
+#include "model/synthetic.h"
 #include "octet/v1/generation.grpc.pb.h"
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "worker/generator.h"
-#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -502,6 +502,26 @@ TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
       "[ measured ] worker killed mid-stream: UNAVAILABLE after %.2f s "
       "(%s); served again afterwards\n",
       seconds, s.error_message().c_str());
+}
+
+// A TP degree the model cannot be split by is known from config.json: one
+// line naming the dimension and exit code 2, before any worker starts (it
+// used to restart the failing group every second without end).
+TEST_F(CoordinatorTest, ATpTheModelCannotSplitExitsWithCodeTwo) {
+  const std::string log = (*dir_ / "tp3.log").string();
+  const std::vector<std::string> command = {
+      "/bin/sh", "-c",
+      absl::StrCat(testing::SiblingProgram("coordinator"), " --model=", Model(),
+                   " --tp=3 --device=cpu --port=0 2>", log)};
+  EXPECT_EQ(testing::RunTogether({command}, absl::Seconds(20)),
+            std::vector<int>{2});
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("num_attention_heads = 4 does not divide by the 3"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("starting"), std::string::npos) << text;
 }
 
 TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {
