@@ -1,46 +1,16 @@
 #include "coordinator/generation_service.h"
 
-#include <deque>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/responses.h"
+#include "coordinator/stream_outbox.h"
 #include "parallel/grpc_status.h"
 
 namespace octet {
 namespace {
-
-v1::FinishReason ToProto(Finish f) {
-  switch (f) {
-    case Finish::kEos:
-      return v1::FINISH_REASON_EOS;
-    case Finish::kStop:
-      return v1::FINISH_REASON_STOP;
-    case Finish::kLength:
-      break;
-  }
-  return v1::FINISH_REASON_LENGTH;
-}
-
-// Usage and timings of a finished request into a response message.
-template <typename M>
-void SetOutcome(const Outcome& o, M* m) {
-  m->set_finish_reason(ToProto(o.finish));
-  m->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(o.prompt_tokens));
-  m->mutable_usage()->set_completion_tokens(
-      static_cast<uint32_t>(o.completion_tokens));
-  m->mutable_timings()->set_time_to_first_token_seconds(
-      o.time_to_first_token_seconds);
-  m->mutable_timings()->set_total_seconds(o.total_seconds);
-}
-
-template <typename M>
-void AddDelta(const Delta& d, M* m) {
-  m->mutable_text()->append(d.text);
-  m->mutable_token_ids()->Add(d.token_ids.begin(), d.token_ids.end());
-  m->mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
-}
 
 // A reactor's request in the engine: its id, the client's cancellation
 // (passed on once the id is known), and the reactor's construction, which
@@ -105,12 +75,15 @@ class UnaryReactor : public grpc::ServerUnaryReactor {
   Submission submission_;
 };
 
+// A streaming call: the engine's output goes through a StreamOutbox
+// (stream_outbox.h), which decides every write and the one Finish; this
+// class only carries them out, calling gRPC outside the outbox's lock.
 class StreamReactor
     : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
  public:
   StreamReactor(Engine& engine, absl::StatusOr<ValidRequest> request)
-      : engine_(engine) {
-    if (request.ok()) request_id_ = request->request_id;
+      : engine_(engine),
+        outbox_(request.ok() ? request->request_id : std::string()) {
     const absl::Status s = submission_.Start(
         engine, std::move(request),
         {.on_delta = [this](const Delta& d) { Queue(d, nullptr); },
@@ -121,70 +94,29 @@ class StreamReactor
   }
   void OnCancel() override { submission_.Cancel(engine_); }
   void OnWriteDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) return;  // the client is gone; OnCancel follows
-    }
+    // A failed write: the client is gone (OnCancel follows, which ends the
+    // request); the outbox finishes once the engine's end is in.
+    outbox_.WriteDone(ok);
     Pump();
   }
   void OnDone() override { delete this; }
 
  private:
-  // From the engine thread: new output (and, last, how it ended). Tokens
-  // that come while a message is on its way join the next one.
+  // From the engine thread: new output (and, last, how it ended).
   void Queue(const Delta& d, const Outcome* outcome) {
     submission_.WaitConstructed();
-    {
-      absl::MutexLock lock(&mu_);
-      if (outcome != nullptr && !outcome->status.ok()) {
-        status_ = ToGrpc(outcome->status);
-        pending_.clear();  // a failed request sends nothing more
-        done_ = true;
-      } else {
-        if (pending_.empty() || outcome != nullptr) pending_.emplace_back();
-        v1::GenerateStreamResponse& m = pending_.back();
-        m.set_request_id(request_id_);
-        AddDelta(d, &m);
-        if (outcome != nullptr) {
-          SetOutcome(*outcome, &m);
-          done_ = true;
-        }
-      }
-    }
+    outbox_.Add(d, outcome);
     Pump();
   }
-  // Starts the next write, or finishes once everything was written; gRPC is
-  // called outside the lock (its reactions may take it).
   void Pump() {
-    bool write = false, finish = false;
-    grpc::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (writing_ || finished_) return;
-      if (!pending_.empty()) {
-        current_ = std::move(pending_.front());
-        pending_.pop_front();
-        writing_ = write = true;
-      } else if (done_) {
-        finished_ = finish = true;
-        status = status_;
-      }
-    }
-    if (write) StartWrite(&current_);  // current_ is not touched until done
-    if (finish) Finish(status);
+    const StreamOutbox::Action a = outbox_.Next();
+    if (a.kind == StreamOutbox::Action::kWrite) StartWrite(a.message);
+    if (a.kind == StreamOutbox::Action::kFinish) Finish(ToGrpc(a.status));
   }
 
   Engine& engine_;
-  std::string request_id_;
   Submission submission_;
-  absl::Mutex mu_;
-  std::deque<v1::GenerateStreamResponse> pending_ ABSL_GUARDED_BY(mu_);
-  v1::GenerateStreamResponse current_;  // the message being written
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  StreamOutbox outbox_;
 };
 
 }  // namespace
