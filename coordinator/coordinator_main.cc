@@ -10,7 +10,9 @@
 // and serves octet.v1.Generation, grpc.health.v1.Health (SERVING once every
 // rank is loaded; "liveness" while the process answers) and server
 // reflection on --port, and Prometheus metrics on --metrics_port. A failed
-// worker group is replaced by a new one. Ends on SIGINT or SIGTERM.
+// worker group is replaced by a new one. On SIGTERM or SIGINT it drains:
+// NOT_SERVING, new requests refused, running and queued ones finish (up to
+// --drain_timeout), then it exits 0.
 //
 // The composition root: it reads the model's config and tokenizer with
 // model/'s readers; it never links worker/ code (the workers are programs).
@@ -20,6 +22,7 @@
 #include <prometheus/exposer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics.h"
@@ -72,6 +76,9 @@ ABSL_FLAG(int32_t, max_running, 64, "sequences in one step at most");
 ABSL_FLAG(int32_t, max_queue, 1024,
           "waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "on SIGTERM, how long running and queued requests may take to "
+          "finish before they are cancelled (new ones are refused at once)");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "port of the Prometheus endpoint (http://HOST:PORT/metrics); 0: "
           "none");
@@ -138,6 +145,7 @@ struct CoordinatorOptions {
   int block_size = 0;
   int64_t kv_tokens = 0;
   int threads = 0;  // per worker; 0 resolved for spawned workers
+  absl::Duration drain_timeout;
 };
 
 absl::Status Invalid(const std::string& message) {
@@ -243,6 +251,10 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   o.kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   if (o.block_size < 1 || o.kv_tokens < o.block_size) {
     return Invalid("--block_size must be >= 1 and --kv_cache_tokens >= it");
+  }
+  o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  if (o.drain_timeout < absl::ZeroDuration()) {
+    return Invalid("--drain_timeout must be >= 0");
   }
   o.threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_max_batch_tokens) < 1 ||
@@ -404,9 +416,46 @@ v1::ModelInfo InfoOf(const CoordinatorOptions& o, const ModelConfig& config,
   return info;
 }
 
+// SIGTERM (or SIGINT): NOT_SERVING at once, new requests refused, the
+// running and queued ones finish for up to `drain_timeout` (a second signal
+// cuts it short), then what is left is cancelled and the server stops.
+void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
+           Health& health) {
+  const absl::Time start = absl::Now();
+  health.Detach();  // every service NOT_SERVING, liveness too
+  engine.Drain();
+  const std::sig_atomic_t first = stop_signal;
+  stop_signal = 0;
+  std::fprintf(stderr,
+               "coordinator: signal %d: draining %lld request(s) for up to "
+               "%s\n",
+               static_cast<int>(first),
+               static_cast<long long>(engine.unfinished()),
+               absl::FormatDuration(drain_timeout).c_str());
+  const absl::Time deadline = start + drain_timeout;
+  bool idle = false;
+  while (!idle && stop_signal == 0 && absl::Now() < deadline) {
+    idle = engine.WaitUntilIdle(
+        std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+  }
+  if (!idle) {
+    std::fprintf(stderr, "coordinator: %s: cancelling %lld request(s)\n",
+                 stop_signal != 0 ? "second signal" : "drain timeout",
+                 static_cast<long long>(engine.unfinished()));
+  }
+  // Calls still open after this are cancelled; their requests end at the
+  // engine's next step boundary.
+  server.Shutdown(std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(500));
+  std::fprintf(stderr, "coordinator: stopped after draining %.2f s\n",
+               absl::ToDoubleSeconds(absl::Now() - start));
+}
+
 // Serves `service` (with health and reflection) on --port until SIGINT or
-// SIGTERM; false when the port cannot be had.
-bool Serve(GenerationService& service, int port, Health& health) {
+// SIGTERM, then drains; false when the port cannot be had.
+bool Serve(GenerationService& service, Engine& engine,
+           const CoordinatorOptions& o, Health& health) {
+  const int port = o.port;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -424,10 +473,7 @@ bool Serve(GenerationService& service, int port, Health& health) {
   while (stop_signal == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
-               static_cast<int>(stop_signal));
-  health.Detach();  // every service NOT_SERVING, liveness too
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Drain(*server, engine, o.drain_timeout, health);
   return true;
 }
 
@@ -463,7 +509,7 @@ int Main() {
   }
   GenerationService service(**engine, limits, encode,
                             InfoOf(o, model->config, limits), &metrics);
-  if (!Serve(service, o.port, *health)) {
+  if (!Serve(service, **engine, o, *health)) {
     return Usage(absl::StrCat("cannot listen on port ", o.port));
   }
   engine->reset();

@@ -116,6 +116,10 @@ absl::StatusOr<uint64_t> Engine::Queue(ValidRequest request,
   }
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is stopping");
+  if (draining_) {
+    return absl::UnavailableError(
+        "the server is shutting down and takes no new requests");
+  }
   const int64_t max_waiting = options_.scheduler.max_waiting;
   if (queued_ + static_cast<int64_t>(submitted_.size()) >= max_waiting) {
     return absl::ResourceExhaustedError(
@@ -124,6 +128,7 @@ absl::StatusOr<uint64_t> Engine::Queue(ValidRequest request,
   a->id = next_id_++;
   const uint64_t id = a->id;
   submitted_.push_back(std::move(a));
+  ++unfinished_;
   // (Seen at once, also while the engine is busy replacing a group.)
   if (options_.metrics != nullptr) {
     options_.metrics->SetWaiting(queued_ +
@@ -154,6 +159,24 @@ std::string Engine::activation_dtype() const {
   return activation_dtype_;
 }
 
+void Engine::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool Engine::WaitUntilIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return unfinished_ == 0;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+int64_t Engine::unfinished() const {
+  absl::MutexLock lock(&mu_);
+  return unfinished_;
+}
+
 void Engine::End(Active& a, const absl::Status& status, Finish finish) {
   Outcome o;
   o.status = status;
@@ -174,6 +197,8 @@ void Engine::End(Active& a, const absl::Status& status, Finish finish) {
   Delta rest;
   if (status.ok()) rest.text = a.text.substr(a.sent);
   if (a.callbacks.on_done) a.callbacks.on_done(rest, o);
+  absl::MutexLock lock(&mu_);  // after the callback: its answer is out
+  --unfinished_;
 }
 
 void Engine::EndRunning(const absl::Status& status) {

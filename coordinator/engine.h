@@ -89,6 +89,15 @@ class Engine {
   // blocks; unknown or finished ids are ignored.
   void Cancel(uint64_t id);
 
+  // Shutting down: from now on Submit refuses new requests (UNAVAILABLE);
+  // those already submitted run on to their end.
+  void Drain();
+  // Waits until every submitted request has ended, or `deadline`; true
+  // when none is left. (The destructor ends whatever is.)
+  bool WaitUntilIdle(absl::Time deadline);
+  // Requests submitted and not yet ended.
+  int64_t unfinished() const;
+
   // Whether a loaded worker group serves (health).
   bool serving() const;
   // Why the last group failed or did not start (OK if none did).
@@ -139,6 +148,8 @@ class Engine {
   mutable absl::Mutex mu_;
   absl::CondVar wake_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t unfinished_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet ended
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_failure_ ABSL_GUARDED_BY(mu_);
   std::string activation_dtype_ ABSL_GUARDED_BY(mu_);

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -502,6 +504,98 @@ TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
       "[ measured ] worker killed mid-stream: UNAVAILABLE after %.2f s "
       "(%s); served again afterwards\n",
       seconds, s.error_message().c_str());
+}
+
+// --drain_timeout of the drain test: 60s, or OCTET_TEST_DRAIN_TIMEOUT (set
+// to 5s by hand, the old fixed cut, the test fails: queued streams end
+// UNAVAILABLE).
+std::string DrainTimeoutForTest() {
+  const char* v = std::getenv("OCTET_TEST_DRAIN_TIMEOUT");
+  return v != nullptr ? v : "60s";
+}
+
+// SIGTERM drains: health NOT_SERVING and new requests UNAVAILABLE at once,
+// while the running and queued requests -- more than the 5 s the server used
+// to give them before cutting them off -- run to their end; clients that
+// cancel or read slowly change nothing; the process exits 0 once idle.
+TEST_F(CoordinatorTest, SigtermDrainsRunningAndQueuedRequests) {
+  const int port = testing::FreeTcpPort();
+  testing::Child server(
+      {testing::SiblingProgram("coordinator"), "--model=" + Model(), "--tp=2",
+       "--quantization=fp8", "--device=cpu", absl::StrCat("--port=", port),
+       "--kv_cache_tokens=4096", "--block_size=8", "--threads=1",
+       "--max_running=2", "--drain_timeout=" + DrainTimeoutForTest()});
+  ASSERT_TRUE(server.started());
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  const absl::Time ready_by = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    if (stub->GetModelInfo(&context, {}, &info).ok()) break;
+    ASSERT_LT(absl::Now(), ready_by) << "not serving within 60 s";
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // Sixteen long streams, two at a time: the queue outlasts 5 s here (~9 s
+  // on 2 cores). Two clients cancel mid-stream, one reads slowly.
+  constexpr int kStreams = 16, kNew = 1000;
+  struct Result {
+    grpc::Status status;
+    int tokens = 0;
+  };
+  std::vector<Result> results(kStreams);
+  std::atomic<int> started{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      grpc::ClientContext context;
+      auto reader = stub->GenerateStream(&context, Request({1, 5, 9}, kNew));
+      v1::GenerateStreamResponse m;
+      bool counted = false;
+      while (reader->Read(&m)) {
+        results[i].tokens += m.token_ids_size();
+        if (!counted) started.fetch_add(1), counted = true;
+        if (i < 2 && results[i].tokens >= 20) context.TryCancel();
+        if (i == 2) absl::SleepFor(absl::Milliseconds(2));
+      }
+      results[i].status = reader->Finish();
+    });
+  }
+  while (started.load() < 2) absl::SleepFor(absl::Milliseconds(10));
+  const absl::Time sigterm = absl::Now();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  // Once the signal is seen (within ~0.1 s), a new request is refused at
+  // once. Probes with a short deadline, since one sent before that queues.
+  grpc::Status refused;
+  while (absl::Now() - sigterm < absl::Seconds(5)) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(200));
+    v1::GenerateResponse r;
+    refused = stub->Generate(&context, Request({1, 5, 9}, 1), &r);
+    if (refused.error_code() == grpc::StatusCode::UNAVAILABLE) break;
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << refused.error_message();
+  for (std::thread& t : clients) t.join();
+  const int code = server.Wait(absl::Seconds(70));
+  const double drained = absl::ToDoubleSeconds(absl::Now() - sigterm);
+  EXPECT_EQ(code, 0);
+  for (int i = 0; i < kStreams; ++i) {
+    if (i < 2) {
+      EXPECT_EQ(results[i].status.error_code(), grpc::StatusCode::CANCELLED)
+          << "client " << i;
+      continue;
+    }
+    EXPECT_TRUE(results[i].status.ok())
+        << "client " << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, kNew) << "client " << i;
+  }
+  std::printf(
+      "[ measured ] SIGTERM with %d streams (2 cancelled, 1 slow reader, "
+      "2 running at a time): drained and exited after %.2f s\n",
+      kStreams, drained);
 }
 
 // A TP degree the model cannot be split by is known from config.json: one
