@@ -287,16 +287,12 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": --tp ", tp, ": ", s.message()));
   }
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
-  if (tokenizer.ok()) {
-    m.tokenizer = *std::move(tokenizer);
-  } else if (absl::IsNotFound(tokenizer.status())) {
+  OCTET_ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(dir, m.config));
+  if (m.tokenizer == nullptr) {
     std::fprintf(stderr,
                  "coordinator: %s has no tokenizer.model: requests "
                  "must send token ids\n",
                  dir.c_str());
-  } else {
-    return tokenizer.status();
   }
   return m;
 }

@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +127,30 @@ absl::Status ReadShape(const Reader& r, ModelConfig* c) {
     c->head_dim = c->hidden_size / c->num_heads;
   }
   if (c->head_dim % 2 != 0) return r.Error("head_dim", "must be even (RoPE)");
+  return absl::OkStatus();
+}
+
+// Bounds on every size, far above any Llama-family model (Llama 3.1 405B:
+// hidden 16384, 126 layers, 128 heads, MLP 53248, vocabulary 128256), so
+// that a corrupt or hostile config.json is refused here, before anything
+// is sized from it (a loader would otherwise list or allocate, e.g., 2^31
+// layers' tensors before it looks at one).
+absl::Status CheckSizeBounds(const Reader& r, const ModelConfig& c) {
+  for (const auto& [value, field, bound] :
+       {std::tuple<int64_t, const char*, int64_t>{c.hidden_size, "hidden_size",
+                                                  int64_t{1} << 16},
+        {c.num_layers, "num_hidden_layers", 1024},
+        {c.num_heads, "num_attention_heads", 1024},
+        {c.head_dim, "head_dim", 1024},
+        {c.intermediate_size, "intermediate_size", int64_t{1} << 18},
+        {c.vocab_size, "vocab_size", int64_t{1} << 22},
+        {c.max_position_embeddings, "max_position_embeddings",
+         int64_t{1} << 24}}) {
+    if (value > bound) {
+      return r.Error(
+          field, absl::StrCat("is ", value, "; octet takes at most ", bound));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -289,6 +314,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
   ModelConfig c;
   OCTET_RETURN_IF_ERROR(ReadArchitecture(r, &c));
   OCTET_RETURN_IF_ERROR(ReadShape(r, &c));
+  OCTET_RETURN_IF_ERROR(CheckSizeBounds(r, c));
   OCTET_RETURN_IF_ERROR(ReadNumerics(r, &c));
   OCTET_RETURN_IF_ERROR(ReadRopeScaling(r, path, &c));
   OCTET_RETURN_IF_ERROR(ReadSlidingWindow(root, r, &c));

@@ -94,6 +94,20 @@ std::string TextStream::Pending(bool final) {
 }
 
 int64_t Tokenizer::vocab_size() const { return processor_->PieceSize(); }
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFor(
+    const std::string& dir, const ModelConfig& config) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  if (absl::IsNotFound(t.status())) return std::unique_ptr<Tokenizer>();
+  if (!t.ok()) return t.status();
+  if ((*t)->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/tokenizer.model has ", (*t)->vocab_size(),
+        " pieces, more than config.json's vocab_size ", config.vocab_size,
+        ": it would make ids the model cannot embed"));
+  }
+  return t;
+}
 int64_t Tokenizer::bos_id() const { return processor_->BosId(); }
 int64_t Tokenizer::eos_id() const { return processor_->EosId(); }
 

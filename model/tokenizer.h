@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "model/model_config.h"
 
 namespace octet {
 
@@ -44,6 +45,13 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<sp_bridge::Processor> p);
   std::unique_ptr<sp_bridge::Processor> processor_;
 };
+
+// The tokenizer of the checkpoint in `dir` whose config.json is `config`:
+// null when it has none (token ids only), an error when it cannot be read
+// or does not fit the model (more pieces than config.vocab_size: ids the
+// model cannot embed).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFor(
+    const std::string& dir, const ModelConfig& config);
 
 // Turns a stream of generated ids into text pieces to send as they arrive.
 // Decoding ids one at a time would split multi-byte characters (byte-fallback

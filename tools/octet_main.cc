@@ -336,17 +336,6 @@ absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
   return f;
 }
 
-// The tokenizer of `dir`, or nullptr when it has no tokenizer.model.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadOptionalTokenizer(
-    const std::string& dir) {
-  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
-  if (t.ok()) return t;
-  if (t.status().code() == absl::StatusCode::kNotFound) {
-    return std::unique_ptr<Tokenizer>();
-  }
-  return t.status();
-}
-
 // Completes the request from the checkpoint: encodes the --prompt text, sets
 // the stop ids, and checks the length against the model's context.
 absl::Status CompleteRequest(const std::string& dir, const std::string& prompt,
@@ -390,7 +379,8 @@ absl::StatusOr<LoadedModel> LoadForGenerate(GenerateFlags* flags) {
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                          Checkpoint::Open(flags->dir));
   LoadedModel m;
-  OCTET_ASSIGN_OR_RETURN(m.tokenizer, LoadOptionalTokenizer(flags->dir));
+  OCTET_ASSIGN_OR_RETURN(m.tokenizer,
+                         LoadTokenizerFor(flags->dir, ckpt->config()));
   GenerationRequest& request = flags->request;
   OCTET_RETURN_IF_ERROR(CompleteRequest(
       flags->dir, flags->prompt, ckpt->config(), m.tokenizer.get(), &request));

@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
-#include "tests/process_util.h"
 #include "model/file_util.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_corpus.h"
+#include "tests/process_util.h"
 
 namespace octet {
 namespace {
@@ -266,6 +266,31 @@ TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {
   EXPECT_EQ(Tokenizer::Load(dir).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Tokenizer::FromSerialized("garbage", "x").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A tokenizer with more pieces than the model's vocabulary would hand the
+// model ids it cannot embed: refused at load, naming both sizes. A model
+// vocabulary padded beyond the tokenizer's is fine; no tokenizer is null.
+TEST(Tokenizer, LoadTokenizerForChecksItAgainstTheConfig) {
+  const std::string dir = MakeTiny("tok_for");
+  ModelConfig c = *SyntheticPreset("tiny");  // vocabulary 512
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizerFor(dir, c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(*t, nullptr);
+  c.vocab_size = 640;  // padded
+  EXPECT_TRUE(LoadTokenizerFor(dir, c).ok());
+  c.vocab_size = 256;
+  t = LoadTokenizerFor(dir, c);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(t.status().message())
+                .find("has 512 pieces, more than config.json's vocab_size 256"),
+            std::string::npos)
+      << t.status();
+  fs::remove(fs::path(dir) / "tokenizer.model");
+  t = LoadTokenizerFor(dir, c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, nullptr);
+  fs::remove_all(dir);
 }
 
 TEST(Tokenizer, AMissingSentencePieceModuleIsAClearError) {

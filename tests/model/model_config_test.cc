@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -43,6 +45,26 @@ void ExpectError(const Json& j, const std::string& fragment) {
   EXPECT_NE(msg.find("m/config.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find(fragment), std::string::npos)
       << "'" << msg << "' lacks '" << fragment << "'";
+}
+
+// Sizes far beyond any model are refused by name before anything is sized
+// from them (2^31 - 1 layers once made the loader list and allocate
+// billions of tensors before it checked one).
+TEST(ModelConfig, SizesBeyondAnyModelAreRefusedByName) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, int64_t>>{
+           {"num_hidden_layers", 2147483647},
+           {"hidden_size", 1 << 20},
+           {"num_attention_heads", 4096},
+           {"head_dim", 4096},
+           {"intermediate_size", 1 << 24},
+           {"vocab_size", 1 << 28},
+           {"max_position_embeddings", 1 << 30}}) {
+    Json j = Llama32();
+    j[field] = value;
+    if (field == "num_attention_heads") j["num_key_value_heads"] = value;
+    ExpectError(j, "'" + field + "' is " + std::to_string(value));
+  }
 }
 
 TEST(ModelConfig, ParsesLlama3) {
