@@ -53,16 +53,21 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
   }
   // Spawned workers meet on loopback and have no token: the options that
   // concern remote ones do not apply to them.
+  // Their store is on loopback, where any local process could reach it:
+  // it gets a fresh token, which the workers learn in their Load call.
   WorkerGroupOptions effective = options;
+  std::string store_token = options.token;
   if (effective.remote.empty()) {
     effective.token.clear();
     effective.rendezvous_listen = "127.0.0.1:0";
     effective.rendezvous_host.clear();
+    store_token = NewBearerToken();
+    effective.load.set_rendezvous_token(store_token);
   }
   std::unique_ptr<WorkerGroup> g(new WorkerGroup(effective));
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
                          RendezvousServer::Start(effective.rendezvous_listen,
-                                                 &g->store_, effective.token));
+                                                 &g->store_, store_token));
   g->rendezvous_ = std::move(server);
   absl::Status s =
       options.remote.empty() ? g->Spawn() : g->Connect(options.remote);

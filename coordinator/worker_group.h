@@ -82,6 +82,10 @@ class WorkerGroup {
   int size() const { return static_cast<int>(stubs_.size()); }
   // Spawned workers' process ids (empty for remote workers).
   std::vector<pid_t> pids() const { return pids_; }
+  // Where the group's rendezvous store listens ("host:port").
+  const std::string& rendezvous_address() const {
+    return rendezvous_->address();
+  }
 
  private:
   explicit WorkerGroup(const WorkerGroupOptions& options) : options_(options) {}

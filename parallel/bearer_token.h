@@ -2,14 +2,29 @@
 // between hosts (coordinator → worker, worker → rendezvous store) carries
 // "authorization: Bearer TOKEN" when the group has a token, and the
 // receiving side refuses calls without it (UNAUTHENTICATED). Spawned
-// workers on private Unix sockets have no token.
+// workers on private Unix sockets take calls without one; the loopback
+// store of their group still has one, a fresh random one per group.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
+#include <random>
 #include <string>
 
+#include "absl/strings/str_format.h"
+
 namespace octet {
+
+// A fresh token: 128 bits from the system's random device, in hex.
+inline std::string NewBearerToken() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppendFormat(&token, "%08x", static_cast<uint32_t>(random()));
+  }
+  return token;
+}
 
 // Adds the token to a call (nothing for an empty token).
 inline void AddBearerToken(const std::string& token,

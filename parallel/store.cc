@@ -42,9 +42,17 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) {
       std::clamp(t, absl::Now(), absl::Now() + absl::Hours(24 * 365)));
 }
 
-// The service: Get waits in the store for at most the request's timeout,
-// and never past the call's own deadline. With a token, calls without it
-// are refused.
+// What one group's store may hold: its ranks set a few short keys each
+// (addresses, segment names, NCCL's 128-byte id).
+constexpr size_t kMaxKeyBytes = 512;
+constexpr size_t kMaxValueBytes = size_t{64} << 10;
+constexpr size_t kMaxStoredBytes = size_t{16} << 20;
+constexpr absl::Duration kMaxGetWait = absl::Minutes(10);
+
+// The service: Get waits in the store for at most the request's timeout
+// (kMaxGetWait at most), and never past the call's own deadline. With a
+// token, calls without it are refused; keys, values and the total are
+// bounded.
 class RendezvousService final : public rpc::Rendezvous::Service {
  public:
   RendezvousService(KeyValueStore* store, std::string token)
@@ -53,6 +61,28 @@ class RendezvousService final : public rpc::Rendezvous::Service {
   grpc::Status Set(grpc::ServerContext* context, const rpc::SetRequest* request,
                    rpc::SetResponse*) override {
     if (grpc::Status s = CheckBearerToken(token_, *context); !s.ok()) return s;
+    if (request->key().size() > kMaxKeyBytes ||
+        request->value().size() > kMaxValueBytes) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("rendezvous: a key of ", request->key().size(),
+                       " bytes or a value of ", request->value().size(),
+                       " bytes is over the limit (", kMaxKeyBytes, ", ",
+                       kMaxValueBytes, ")"));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      size_t& held = sizes_[request->key()];
+      const size_t now = request->key().size() + request->value().size();
+      if (stored_ - held + now > kMaxStoredBytes) {
+        if (held == 0) sizes_.erase(request->key());
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("rendezvous: the store holds ",
+                                         kMaxStoredBytes, " bytes at most"));
+      }
+      stored_ = stored_ - held + now;
+      held = now;
+    }
     return ToGrpc(store_->Set(request->key(), request->value()));
   }
 
@@ -63,9 +93,10 @@ class RendezvousService final : public rpc::Rendezvous::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "rendezvous: timeout_ms must be >= 0");
     }
-    const absl::Time deadline =
-        std::min(absl::Now() + absl::Milliseconds(request->timeout_ms()),
-                 absl::FromChrono(context->deadline()));
+    const absl::Time deadline = std::min(
+        absl::Now() +
+            std::min(absl::Milliseconds(request->timeout_ms()), kMaxGetWait),
+        absl::FromChrono(context->deadline()));
     absl::StatusOr<std::string> value = store_->Get(request->key(), deadline);
     if (!value.ok()) return ToGrpc(value.status());
     response->set_value(*std::move(value));
@@ -75,6 +106,9 @@ class RendezvousService final : public rpc::Rendezvous::Service {
  private:
   KeyValueStore* store_;
   const std::string token_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, size_t> sizes_ ABSL_GUARDED_BY(mu_);
+  size_t stored_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values, in bytes
 };
 
 }  // namespace
@@ -109,6 +143,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&impl->service);
+  builder.SetMaxReceiveMessageSize(1 << 20);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || port == 0) {
     return absl::UnavailableError(

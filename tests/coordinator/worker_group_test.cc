@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "tests/process_util.h"
 #include "model/synthetic.h"
+#include "tests/process_util.h"
 
 namespace octet {
 namespace {
@@ -99,6 +99,19 @@ TEST_F(WorkerGroupTest, StartsLoadsWithProgressAndSteps) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*group)->failed().ok());
   EXPECT_TRUE((*group)->Step(Prefill(3, 1)).ok());
+}
+
+// A spawned group's store listens on loopback, where any local process can
+// reach it: it serves only its own workers, which learn its token in Load.
+TEST_F(WorkerGroupTest, ASpawnedGroupsStoreServesOnlyItsWorkers) {
+  auto group = WorkerGroup::Start(Options(2), nullptr);
+  ASSERT_TRUE(group.ok()) << group.status();
+  GrpcStore stranger((*group)->rendezvous_address());
+  EXPECT_EQ(stranger.Set("k", std::string(1 << 10, 'x')).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(stranger.Get("k", absl::Now() + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE((*group)->Step(Prefill(1, 0)).ok());  // its workers met there
 }
 
 TEST_F(WorkerGroupTest, RemoteWorkersNeedTheTokenAndStepLikeSpawnedOnes) {

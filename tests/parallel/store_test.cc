@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace octet {
@@ -57,8 +58,8 @@ TEST(Store, AServerWithATokenServesOnlyCallsThatCarryIt) {
   auto server = RendezvousServer::Start("127.0.0.1:0", &backing, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status();
   const absl::Time soon = absl::Now() + absl::Seconds(5);
-  for (const std::string& token : {std::string(""), std::string("s3creT"),
-                                   std::string("s3cret ")}) {
+  for (const std::string& token :
+       {std::string(""), std::string("s3creT"), std::string("s3cret ")}) {
     GrpcStore stranger((*server)->address(), token);
     EXPECT_EQ(stranger.Set("k", "forged").code(),
               absl::StatusCode::kUnauthenticated)
@@ -71,6 +72,37 @@ TEST(Store, AServerWithATokenServesOnlyCallsThatCarryIt) {
   GrpcStore member((*server)->address(), "s3cret");
   ASSERT_TRUE(member.Set("k", "v").ok());
   EXPECT_EQ(*member.Get("k", soon), "v");
+}
+
+// Keys, values and the whole store are bounded: a local process cannot fill
+// the coordinator's memory through it (it once took 150 MB in half a
+// second).
+TEST(Store, KeysValuesAndTheTotalAreBounded) {
+  InMemoryStore backing;
+  auto server = RendezvousServer::Start("127.0.0.1:0", &backing);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcStore client((*server)->address());
+  EXPECT_TRUE(client.Set(std::string(512, 'k'), "v").ok());
+  EXPECT_EQ(client.Set(std::string(513, 'k'), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::string big(64 << 10, 'v');
+  EXPECT_TRUE(client.Set("big", big).ok());
+  EXPECT_EQ(client.Set("bigger", big + "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  // Replacing a value does not count it twice...
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(client.Set("big", big).ok());
+  // ...but 16 MiB in all is the end.
+  absl::Status s;
+  int stored = 0;
+  for (; stored < 300 && s.ok(); ++stored) {
+    s = client.Set(absl::StrCat("key", stored), big);
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_GE(stored, 250);  // 16 MiB / 64 KiB = 256 values
+  EXPECT_EQ(
+      backing.Get(absl::StrCat("key", stored - 1), absl::Now()).status().code(),
+      absl::StatusCode::kDeadlineExceeded);    // the refused one
+  EXPECT_TRUE(client.Set("small", "v").ok());  // room for what fits
 }
 
 TEST(Store, ClientWaitsForAServerThatIsNotUpYet) {
