@@ -21,6 +21,7 @@ struct Engine::Active {
   std::string text;                   // generated so far (stop strings cut off)
   size_t sent = 0;                    // bytes of `text` delivered
   int64_t generated = 0;
+  int group_failures = 0;  // worker groups that failed while it ran
   absl::Time arrival, first_token, last_token;
 };
 
@@ -66,6 +67,10 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(EngineOptions options) {
   if (!options.start_group) {
     return absl::InvalidArgumentError("engine: start_group is required");
+  }
+  if (options.max_group_failures < 1) {
+    return absl::InvalidArgumentError(
+        "engine: max_group_failures must be >= 1");
   }
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                          Scheduler::Create(options.scheduler));
@@ -201,12 +206,20 @@ void Engine::End(Active& a, const absl::Status& status, Finish finish) {
   --unfinished_;
 }
 
-void Engine::EndRunning(const absl::Status& status) {
+void Engine::RequeueRunning(const absl::Status& why) {
   for (SeqId id : scheduler_->running_ids()) {
-    scheduler_->Finish(id);
     auto it = active_.find(id);
     if (it == active_.end()) continue;
-    End(*it->second, status, Finish::kLength);
+    if (++it->second->group_failures < options_.max_group_failures) {
+      scheduler_->Requeue(id);  // resumes on the next group, as it was
+      continue;
+    }
+    scheduler_->Finish(id);
+    End(*it->second,
+        absl::UnavailableError(absl::StrCat(
+            why.message(), " (the request was running in ",
+            it->second->group_failures, " worker groups that failed)")),
+        Finish::kLength);
     active_.erase(it);
   }
 }
@@ -425,7 +438,7 @@ void Engine::RetireFailedGroup() {
   }
   if (options_.on_serving) options_.on_serving(false, why);
   if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
-  EndRunning(why);
+  RequeueRunning(why);
   PublishLoad();
   group_.reset();
 }

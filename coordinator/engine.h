@@ -4,8 +4,9 @@
 // hands each request its new tokens and text; it checks the stopping rules
 // (EOS, stop tokens, stop strings, max_new_tokens), ends cancelled requests
 // and frees their KV blocks at the next step boundary, and replaces a failed
-// worker group: the requests it was running end with UNAVAILABLE, the queued
-// ones wait and then run on the new group.
+// worker group: the requests it was running go back to the queue with what
+// they generated and resume on the new group, token for token where they
+// were (Scheduler::Requeue); the client's stream just continues.
 //
 // Thread-safe: Submit, Cancel and the accessors from any thread. Callbacks
 // run on the engine's thread and must not block. While a group loads (the
@@ -42,6 +43,10 @@ struct EngineOptions {
   const Tokenizer* tokenizer = nullptr;
   // Pause between attempts to replace a failed group.
   absl::Duration restart_backoff = absl::Seconds(1);
+  // A request running when its worker group fails is resumed on the next
+  // one, exactly where it was; after this many failed groups it ends with
+  // UNAVAILABLE instead (it may be what brings them down).
+  int max_group_failures = 3;
   // Where to count requests, tokens and latencies (none: null); must
   // outlive the engine.
   Metrics* metrics = nullptr;
@@ -126,8 +131,11 @@ class Engine {
   // Replaces a failed (or not yet started) group; what it was running
   // ends, the queue waits. False when no group could be started.
   bool EnsureGroup();
-  void RetireFailedGroup();  // NOT_SERVING, its running requests end
-  void StepOnce();           // plans one step and runs it
+  void RetireFailedGroup();  // NOT_SERVING, its running requests requeued
+  // The running requests back to the queue (or ended, past
+  // max_group_failures), with `why` they stopped.
+  void RequeueRunning(const absl::Status& why);
+  void StepOnce();                          // plans one step and runs it
   void EndAll(const absl::Status& status);  // every request, when stopping
   // The scheduler's state into the metrics (engine thread).
   void PublishLoad();
@@ -137,7 +145,6 @@ class Engine {
   // Hands `token` to its request; true when the request is done.
   bool Deliver(Active& a, int32_t token, float logprob);
   void End(Active& a, const absl::Status& status, Finish finish);
-  void EndRunning(const absl::Status& status);
 
   const EngineOptions options_;
   // Engine thread only, but for the thread-safe CheckFits.

@@ -55,6 +55,7 @@ absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
   auto seq = std::make_unique<Seq>();
   seq->id = id;
   seq->arrival = arrivals_++;
+  seq->prompt_size = static_cast<int64_t>(prompt.size());
   seq->tokens = std::move(prompt);
   waiting_.push_back(seq.get());
   seqs_[id] = std::move(seq);
@@ -94,6 +95,14 @@ void Scheduler::Release(Seq& seq) {
   seq.awaiting_token = false;
 }
 
+void Scheduler::ToWaiting(Seq* seq) {
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq,
+                                   [](const Seq* a, const Seq* b) {
+                                     return a->arrival < b->arrival;
+                                   }),
+                  seq);
+}
+
 void Scheduler::Plan(Seq& seq, int64_t n, StepPlan& plan) {
   ScheduledSeq s;
   s.id = seq.id;
@@ -123,9 +132,7 @@ StepPlan Scheduler::Schedule() {
       Seq* victim = running_.back();
       running_.pop_back();
       Release(*victim);
-      waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), victim,
-                                       by_arrival),
-                      victim);
+      ToWaiting(victim);
       plan.preempted.push_back(victim->id);
       if (victim == seq) break;
     }
@@ -142,7 +149,9 @@ StepPlan Scheduler::Schedule() {
   while (plan.preempted.empty() && !waiting_.empty() &&
          running() < options_.max_running) {
     Seq* seq = waiting_.front();
-    const int64_t n = static_cast<int64_t>(seq->tokens.size());
+    // A replayed sequence's prompt; its generated tokens follow one a step.
+    const int64_t n = seq->replay ? seq->prompt_size
+                                  : static_cast<int64_t>(seq->tokens.size());
     if ((admitted && n > budget) || !Grow(*seq, n)) break;
     waiting_.pop_front();
     running_.insert(
@@ -163,7 +172,20 @@ absl::Status Scheduler::Append(SeqId id, int32_t token) {
   }
   it->second->tokens.push_back(token);
   it->second->awaiting_token = false;
+  it->second->replay = false;  // caught up: it sampled again
   return absl::OkStatus();
+}
+
+void Scheduler::Requeue(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  Seq* seq = it->second.get();
+  auto r = std::find(running_.begin(), running_.end(), seq);
+  if (r == running_.end()) return;
+  running_.erase(r);
+  Release(*seq);
+  seq->replay = true;
+  ToWaiting(seq);
 }
 
 void Scheduler::Finish(SeqId id) {

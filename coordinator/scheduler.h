@@ -93,6 +93,16 @@ class Scheduler {
   // are free at once. Unknown ids are ignored.
   void Finish(SeqId id);
 
+  // A running sequence whose KV cache was lost (its worker group failed)
+  // goes back to the queue, in arrival order, with every token it has. It
+  // is then replayed exactly as it first ran: its prompt in one call, then
+  // each generated token in a step of its own, sampling only after the
+  // last; so its logits -- FP8 scales included -- and its next tokens are
+  // those it would have had without the failure. (A preemption instead
+  // recomputes all tokens in one call.) Waiting or unknown ids are
+  // ignored.
+  void Requeue(SeqId id);
+
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t free_blocks() const {
@@ -112,6 +122,8 @@ class Scheduler {
     int64_t computed = 0;         // tokens whose KV is in the cache
     std::vector<int32_t> blocks;
     bool awaiting_token = false;  // sampled in the last step, not appended
+    int64_t prompt_size = 0;
+    bool replay = false;  // requeued: replays its tokens one step each
   };
 
   explicit Scheduler(const SchedulerOptions& options);
@@ -122,6 +134,8 @@ class Scheduler {
   // are not enough free.
   bool Grow(Seq& seq, int64_t tokens);
   void Release(Seq& seq);
+  // Puts a sequence that holds no blocks back in the queue, by arrival.
+  void ToWaiting(Seq* seq);
   // Plans `n` tokens of `seq` from its computed ones.
   void Plan(Seq& seq, int64_t n, StepPlan& plan);
 

@@ -39,10 +39,20 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed) {}
+namespace {
 
-int64_t Sampler::Sample(absl::Span<const float> logits) {
+// SplitMix64's output function: a bijective mix of 64 bits.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+int64_t Sampler::Sample(absl::Span<const float> logits,
+                        int64_t position) const {
   const int64_t n = static_cast<int64_t>(logits.size());
   if (params_.temperature == 0.0f || n == 1) {
     return ArgmaxIndex(logits.data(), n);
@@ -86,9 +96,11 @@ int64_t Sampler::Sample(absl::Span<const float> logits) {
     z = std::accumulate(p.begin(), p.begin() + cut, 0.0);
     keep = cut;
   }
-  // One uniform draw in [0, z), from 53 bits of the generator: the same on
-  // every platform for the same seed.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1p-53 * z;
+  // One uniform draw in [0, z), from 53 bits of (seed, position) mixed: the
+  // same on every platform, whenever and wherever it is asked for.
+  const uint64_t bits =
+      Mix(params_.seed ^ Mix(static_cast<uint64_t>(position)));
+  const double u = static_cast<double>(bits >> 11) * 0x1p-53 * z;
   double acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
     acc += p[i];

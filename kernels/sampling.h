@@ -1,11 +1,12 @@
-// Choosing the next token from logits: greedy, temperature, top-k, top-p,
-// with a per-sequence seeded generator so the same seed gives the same
-// tokens. Host code, on binary32 logits (every backend hands its logits to
-// the host as binary32).
+// Choosing the next token from logits: greedy, temperature, top-k, top-p.
+// The random draw depends only on the sequence's seed and the position of
+// the token being chosen, so the same seed gives the same tokens, also for
+// a sequence resumed elsewhere (recomputed after a preemption, or on a new
+// worker group after one failed). Host code, on binary32 logits (every backend
+// hands its logits to the host as binary32).
 #pragma once
 
 #include <cstdint>
-#include <random>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -28,16 +29,17 @@ int64_t ArgmaxIndex(const float* logits, int64_t n);
 // top_p outside (0, 1].
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
-// Samples one sequence's tokens. Not thread-safe; one per sequence.
+// Samples one sequence's tokens. Holds no state but its parameters: the
+// draw for a token is a function of (seed, position).
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
-  // The next token id for `logits` (one per vocabulary entry).
-  int64_t Sample(absl::Span<const float> logits);
+  explicit Sampler(const SamplingParams& params) : params_(params) {}
+  // The token id for `logits` (one per vocabulary entry), which goes at
+  // `position` of its sequence.
+  int64_t Sample(absl::Span<const float> logits, int64_t position) const;
 
  private:
   SamplingParams params_;
-  std::mt19937_64 rng_;
 };
 
 }  // namespace octet

@@ -103,10 +103,10 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
       Running& s = *active[j];
       s.cached += static_cast<int64_t>(s.next.size());
       const int32_t token =
-          greedy
-              ? greedy_tokens[j]
-              : static_cast<int32_t>(s.sampler.Sample(
-                    {logits.data() + j * vocab, static_cast<size_t>(vocab)}));
+          greedy ? greedy_tokens[j]
+                 : static_cast<int32_t>(s.sampler.Sample(
+                       {logits.data() + j * vocab, static_cast<size_t>(vocab)},
+                       s.cached));  // the new token's position
       AdvanceSequence(s, token, requests[s.index], options, results[s.index]);
     }
     AddStepStats(first, start, active.size(), stats);

@@ -323,7 +323,9 @@ absl::Status WorkerService::Sample(const rpc::SequenceStep& q,
   const int64_t vocab = loaded_->model->config().vocab_size;
   std::vector<float> row(logits, logits + vocab);
   ApplyRepetitionPenalty(state.history, p.repetition_penalty(), row);
-  const int64_t token = state.sampler->Sample(row);
+  // Its position: after every token fed, so a sequence recomputed or
+  // resumed on a new group draws as it would have.
+  const int64_t token = state.sampler->Sample(row, q.start() + q.tokens_size());
   rpc::SampledToken* t = out->add_tokens();
   t->set_seq_id(q.seq_id());
   t->set_token(static_cast<int32_t>(token));

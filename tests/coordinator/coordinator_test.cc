@@ -463,47 +463,51 @@ TEST_F(CoordinatorTest, AClientDeadlineEndsTheRequest) {
   EXPECT_TRUE(Stub()->Generate(&next, Request(kPrompt, 3), &r).ok());
 }
 
-TEST_F(CoordinatorTest, AKilledWorkerEndsItsStreamsAndServiceComesBack) {
+// A worker killed mid-stream loses nothing: the coordinator replaces the
+// group, the request resumes where it was, and the client's stream just
+// continues -- to exactly the tokens an undisturbed run gives.
+TEST_F(CoordinatorTest, AKilledWorkersStreamContinuesOnTheNewGroup) {
   const std::map<std::string, double> before = Scrape();
+  constexpr int kNew = 400;  // GreedyFp8Tokens' cache holds 512 tokens
   grpc::ClientContext context;
-  auto reader = Stub()->GenerateStream(&context, Request(kPrompt, 1000));
+  auto reader = Stub()->GenerateStream(&context, Request(kPrompt, kNew));
   v1::GenerateStreamResponse m;
   ASSERT_TRUE(reader->Read(&m));  // generating
+  std::vector<int32_t> tokens(m.token_ids().begin(), m.token_ids().end());
   const std::vector<pid_t> workers = ChildrenOf(server_->pid());
   ASSERT_EQ(workers.size(), 2u);
   const absl::Time start = absl::Now();
   kill(workers[1], SIGKILL);
+  absl::Time last = absl::Now();
+  double longest_gap = 0;
   while (reader->Read(&m)) {
+    const absl::Time now = absl::Now();
+    longest_gap = std::max(longest_gap, absl::ToDoubleSeconds(now - last));
+    last = now;
+    tokens.insert(tokens.end(), m.token_ids().begin(), m.token_ids().end());
   }
   const grpc::Status s = reader->Finish();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
-  EXPECT_LT(seconds, 5.0);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(m.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(tokens, Expected(kPrompt, kNew));
   // Alive all along (a liveness probe must not restart the pod for this).
   EXPECT_EQ(CheckHealth(*channel_, "liveness").second, kServing);
-  // A new worker group serves the next request.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  grpc::Status again;
-  v1::GenerateResponse r;
-  do {
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    again = Stub()->Generate(&c, Request(kPrompt, 4), &r);
-  } while (!again.ok() && absl::Now() < deadline);
-  EXPECT_TRUE(again.ok()) << again.error_message();
-  EXPECT_EQ(std::vector<int32_t>(r.token_ids().begin(), r.token_ids().end()),
-            Expected(kPrompt, 4));
   const std::map<std::string, double> after = Scrape();
   EXPECT_EQ(Increase(before, after, "octet_worker_group_failures_total"), 1);
+  EXPECT_EQ(
+      Increase(before, after,
+               R"(octet_requests_total{code="OK",finish_reason="length"})"),
+      1);
   EXPECT_EQ(
       Increase(
           before, after,
           R"(octet_requests_total{code="UNAVAILABLE",finish_reason="none"})"),
-      1);
+      0);
   std::printf(
-      "[ measured ] worker killed mid-stream: UNAVAILABLE after %.2f s "
-      "(%s); served again afterwards\n",
-      seconds, s.error_message().c_str());
+      "[ measured ] worker killed mid-stream: the stream paused %.2f s at "
+      "most and ended OK with all %d tokens, %.2f s after the kill\n",
+      longest_gap, kNew, seconds);
 }
 
 // --drain_timeout of the drain test: 60s, or OCTET_TEST_DRAIN_TIMEOUT (set

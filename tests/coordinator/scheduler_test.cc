@@ -172,6 +172,61 @@ TEST(SchedulerTest, OutOfBlocksTheYoungestIsPreemptedAndRecomputed) {
   EXPECT_TRUE(p.seqs[0].sample);
 }
 
+// A sequence whose worker group failed is replayed as it first ran: its
+// prompt alone, then each generated token in a step of its own without
+// sampling, and it samples again only after the last -- so every call it
+// makes matches one it made before, and its numerics (per-call FP8 scales)
+// with them.
+TEST(SchedulerTest, ARequeuedSequenceReplaysExactlyAsItRan) {
+  auto s = Make(100, 4, 64);
+  ASSERT_TRUE(s->Add(1, Prompt(5), 8).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(3, 50), 8).ok());
+  StepPlan p = s->Schedule();
+  AppendSampled(*s, p, 7);
+  for (int32_t t : {8, 9}) {
+    p = s->Schedule();
+    AppendSampled(*s, p, t);
+  }
+  // 1 has 5 + 3 tokens, 2 has 3 + 3; one more step is in flight when the
+  // group fails: its tokens never come back.
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  for (SeqId id : s->running_ids()) s->Requeue(id);
+  EXPECT_EQ(s->running(), 0);
+  EXPECT_EQ(s->waiting(), 2);
+  EXPECT_EQ(s->used_blocks(), 0);
+  const std::vector<int32_t> generated = {7, 8, 9};
+  p = s->Schedule();  // both prompts, no sampling
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].id, 1u);  // arrival order
+  EXPECT_EQ(p.seqs[0].tokens, Prompt(5));
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(3, 50));
+  for (const ScheduledSeq& q : p.seqs) EXPECT_FALSE(q.sample);
+  for (size_t i = 0; i < generated.size(); ++i) {
+    p = s->Schedule();  // one generated token each
+    ASSERT_EQ(p.seqs.size(), 2u);
+    for (const ScheduledSeq& q : p.seqs) {
+      EXPECT_EQ(q.tokens, (std::vector<int32_t>{generated[i]}));
+      EXPECT_EQ(q.start, (q.id == 1 ? 5 : 3) + static_cast<int64_t>(i));
+      // Only the last one samples: the token that never came back.
+      EXPECT_EQ(q.sample, i + 1 == generated.size());
+    }
+  }
+  AppendSampled(*s, p, 10);
+  EXPECT_EQ(s->tokens(1),
+            (std::vector<int32_t>{100, 101, 102, 103, 104, 7, 8, 9, 10}));
+  // Caught up, it decodes as before.
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].tokens, (std::vector<int32_t>{10}));
+  EXPECT_TRUE(p.seqs[0].sample);
+  // Waiting or unknown ids are ignored.
+  ASSERT_TRUE(s->Add(3, Prompt(2), 4).ok());
+  s->Requeue(3);
+  s->Requeue(99);
+  EXPECT_EQ(s->waiting(), 1);
+}
+
 TEST(SchedulerTest, CancellingFreesBlocksWaitingOrRunning) {
   auto s = Make(10, 4, 8);
   ASSERT_TRUE(s->Add(1, Prompt(12), 4).ok());
