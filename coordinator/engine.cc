@@ -304,16 +304,7 @@ void Engine::RunStep(const StepPlan& plan) {
   absl::StatusOr<rpc::StepResponse> response = group_->Step(request);
   if (!response.ok()) {
     if (!group_->failed().ok()) return;  // replaced by the loop
-    // Refused as malformed: a bug here, not the workers'; those sequences
-    // end, the group serves on.
-    for (const ScheduledSeq& q : plan.seqs) {
-      scheduler_->Finish(q.id);
-      End(*active_.at(q.id),
-          absl::InternalError(
-              absl::StrCat("step refused: ", response.status().message())),
-          Finish::kLength);
-      active_.erase(q.id);
-    }
+    RefusedStep(plan, response.status());
     return;
   }
   std::vector<uint64_t> done;
@@ -328,6 +319,31 @@ void Engine::RunStep(const StepPlan& plan) {
     }
   }
   group_->Free(done).IgnoreError();  // a failed group shows at the next step
+}
+
+void Engine::RefusedStep(const StepPlan& plan, const absl::Status& why) {
+  // Every rank checks a batch alike before any collective or KV write, so
+  // a refused one changed nothing: each sequence runs again alone (a
+  // sequence's numerics do not depend on its batch), and only the ones
+  // refused on their own end.
+  if (plan.seqs.size() > 1) {
+    for (const ScheduledSeq& q : plan.seqs) {
+      StepPlan alone;
+      alone.seqs.push_back(q);
+      RunStep(alone);
+      if (!group_->failed().ok()) return;  // replaced by the loop
+    }
+    return;
+  }
+  // Refused on its own: a bug here, not the workers'. It ends, its state
+  // on the workers is freed, the group serves on.
+  const uint64_t id = plan.seqs[0].id;
+  scheduler_->Finish(id);
+  End(*active_.at(id),
+      absl::InternalError(absl::StrCat("step refused: ", why.message())),
+      Finish::kLength);
+  active_.erase(id);
+  group_->Free({id}).IgnoreError();
 }
 
 void Engine::PublishLoad() {

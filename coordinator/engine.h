@@ -142,6 +142,9 @@ class Engine {
   void PublishLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one step of the plan (a failed group shows in group_->failed()).
   void RunStep(const StepPlan& plan);
+  // A step the workers refused as malformed: its sequences run again one
+  // by one, and those refused alone end (INTERNAL) and are freed.
+  void RefusedStep(const StepPlan& plan, const absl::Status& why);
   // Hands `token` to its request; true when the request is done.
   bool Deliver(Active& a, int32_t token, float logprob);
   void End(Active& a, const absl::Status& status, Finish finish);

@@ -253,6 +253,32 @@ TEST_F(EngineTest, CancellingEndsARequestAndTheQueueIsBounded) {
   EXPECT_EQ(c.tokens, Expected(kPrompts[2], 4));
 }
 
+// A batch the workers refuse (here: a token id beyond the vocabulary, which
+// request checks would have stopped before the engine) fails only the
+// sequence at fault; the others in the same step run on, to their tokens.
+TEST_F(EngineTest, ARefusedBatchFailsOnlyTheSequenceAtFault) {
+  auto engine = Start();
+  // Submitted while the first group loads: admitted in one step together.
+  Received a, bad, b;
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[0], 6), a.Callbacks()).ok());
+  ASSERT_TRUE(engine->Submit(Greedy({1, 5, 100000}, 6), bad.Callbacks()).ok());
+  ASSERT_TRUE(engine->Submit(Greedy(kPrompts[2], 6), b.Callbacks()).ok());
+  for (Received* r : {&a, &bad, &b}) {
+    ASSERT_TRUE(r->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  }
+  EXPECT_EQ(bad.outcome.status.code(), absl::StatusCode::kInternal)
+      << bad.outcome.status;
+  EXPECT_NE(bad.outcome.status.message().find("100000"), std::string::npos)
+      << bad.outcome.status;
+  EXPECT_TRUE(a.outcome.status.ok()) << a.outcome.status;
+  EXPECT_TRUE(b.outcome.status.ok()) << b.outcome.status;
+  EXPECT_EQ(a.tokens, Expected(kPrompts[0], 6));
+  EXPECT_EQ(b.tokens, Expected(kPrompts[2], 6));
+  EXPECT_TRUE(engine->serving());
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(groups_, 1);  // the group served on
+}
+
 // A worker killed mid-request loses nothing: the running requests go back
 // to the queue with what they generated and resume on the replacement
 // group where they were -- greedy and seeded ones give exactly the tokens
