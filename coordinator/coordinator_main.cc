@@ -385,6 +385,11 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
   e.start_group = [g = GroupOptions(o), terminal = isatty(STDERR_FILENO)] {
     return StartGroup(g, terminal);
   };
+  // Failures in a row back off (1 s, doubling, up to a minute).
+  e.on_start_failed = [](const absl::Status&, absl::Duration retry_in) {
+    std::fprintf(stderr, "coordinator: next try in %s\n",
+                 absl::FormatDuration(retry_in).c_str());
+  };
   e.tokenizer = model.tokenizer.get();
   return e;
 }

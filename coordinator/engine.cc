@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(EngineOptions options) {
   if (!options.start_group) {
     return absl::InvalidArgumentError("engine: start_group is required");
   }
+  if (options.restart_backoff <= absl::ZeroDuration() ||
+      options.max_restart_backoff < options.restart_backoff) {
+    return absl::InvalidArgumentError(
+        "engine: restart_backoff must be > 0 and <= max_restart_backoff");
+  }
   if (options.max_group_failures < 1) {
     return absl::InvalidArgumentError(
         "engine: max_group_failures must be >= 1");
@@ -425,16 +430,40 @@ void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
 bool Engine::EnsureGroup() {
   if (group_ != nullptr && group_->failed().ok()) return true;
   if (group_ != nullptr) RetireFailedGroup();
+  if (absl::Now() < next_start_) {
+    // Backing off. Short sleeps (a request or a cancel also wakes it), so
+    // that the loop keeps taking cancels meanwhile.
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      wake_.WaitWithDeadline(
+          &mu_, std::min(next_start_, absl::Now() + absl::Milliseconds(100)));
+    }
+    return false;
+  }
   absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
+  if (!g.ok()) {
+    // Each failure in a row doubles the wait (up to max_restart_backoff): a
+    // load that cannot succeed (a bad checkpoint) is not retried every
+    // second forever, while a one-off (a worker that died) heals at once.
+    const absl::Duration wait =
+        std::min(options_.restart_backoff *
+                     (int64_t{1} << std::min(start_failures_, 30)),
+                 options_.max_restart_backoff);
+    ++start_failures_;
+    next_start_ = absl::Now() + wait;
+    if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
+    {
+      absl::MutexLock lock(&mu_);
+      queued_ = scheduler_->waiting();
+      last_failure_ = g.status();
+    }
+    if (options_.on_start_failed) options_.on_start_failed(g.status(), wait);
+    return false;
+  }
+  start_failures_ = 0;
   {
     absl::MutexLock lock(&mu_);
     queued_ = scheduler_->waiting();
-    if (!g.ok()) {
-      if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
-      last_failure_ = g.status();
-      wake_.WaitWithTimeout(&mu_, options_.restart_backoff);
-      return false;
-    }
     group_ = *std::move(g);
     serving_ = true;
     activation_dtype_ = group_->activation_dtype();

@@ -41,8 +41,15 @@ struct EngineOptions {
   // Decodes each request's generated ids into text (and so checks stop
   // strings); null: token ids only. Must outlive the engine.
   const Tokenizer* tokenizer = nullptr;
-  // Pause between attempts to replace a failed group.
+  // Pause after a group failed to start; it doubles with each failure in a
+  // row, up to max_restart_backoff, and is back to restart_backoff once one
+  // starts.
   absl::Duration restart_backoff = absl::Seconds(1);
+  absl::Duration max_restart_backoff = absl::Minutes(1);
+  // Told, on the engine's thread, why a group did not start and how long
+  // the engine waits before the next try (for the log).
+  std::function<void(const absl::Status& why, absl::Duration retry_in)>
+      on_start_failed;
   // A request running when its worker group fails is resumed on the next
   // one, exactly where it was; after this many failed groups it ends with
   // UNAVAILABLE instead (it may be what brings them down).
@@ -154,6 +161,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<WorkerGroup> group_;  // engine thread only
   uint64_t steps_ = 0;                  // engine thread only
+  int start_failures_ = 0;  // groups that failed to start in a row (engine)
+  absl::Time next_start_ = absl::InfinitePast();  // engine thread only
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

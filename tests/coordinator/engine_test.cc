@@ -279,6 +279,64 @@ TEST_F(EngineTest, ARefusedBatchFailsOnlyTheSequenceAtFault) {
   EXPECT_EQ(groups_, 1);  // the group served on
 }
 
+// A group that keeps failing to start (a checkpoint that cannot load) is
+// retried with a wait that doubles each time, up to a bound, instead of
+// every second forever; requests wait meanwhile, and a cancel still takes
+// effect at once.
+TEST(EngineBackoff, StartFailuresInARowBackOffExponentially) {
+  absl::Mutex mu;
+  std::vector<absl::Duration> waits;
+  int attempts = 0;
+  EngineOptions o;
+  o.scheduler = {.num_blocks = 8, .block_size = 8};
+  o.start_group = [&]() -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+    absl::MutexLock lock(&mu);
+    ++attempts;
+    return absl::InvalidArgumentError("config.json: broken");
+  };
+  o.on_start_failed = [&](const absl::Status& why, absl::Duration wait) {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(why.message(), "config.json: broken");
+    waits.push_back(wait);
+  };
+  o.restart_backoff = absl::Milliseconds(20);
+  o.max_restart_backoff = absl::Milliseconds(320);
+  auto engine = Engine::Start(std::move(o));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Received r;
+  ValidRequest request;
+  request.prompt = {1, 2, 3};
+  request.max_new_tokens = 4;
+  auto id = (*engine)->Submit(request, r.Callbacks());
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::SleepFor(absl::Milliseconds(1500));
+  const absl::Time cancelled = absl::Now();
+  (*engine)->Cancel(*id);
+  ASSERT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  const double cancel_seconds = absl::ToDoubleSeconds(absl::Now() - cancelled);
+  EXPECT_EQ(r.outcome.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(cancel_seconds, 0.5);
+  EXPECT_FALSE((*engine)->serving());
+  EXPECT_EQ((*engine)->last_failure().message(), "config.json: broken");
+  absl::MutexLock lock(&mu);
+  // 20, 40, 80, 160, 320, 320 ... ms: about 8 tries in 1.5 s, not 75.
+  EXPECT_GE(attempts, 5);
+  EXPECT_LE(attempts, 12);
+  ASSERT_GE(waits.size(), 5u);
+  const std::vector<absl::Duration> want = {
+      absl::Milliseconds(20), absl::Milliseconds(40), absl::Milliseconds(80),
+      absl::Milliseconds(160), absl::Milliseconds(320)};
+  EXPECT_EQ(std::vector<absl::Duration>(waits.begin(), waits.begin() + 5),
+            want);
+  for (size_t i = 5; i < waits.size(); ++i) {
+    EXPECT_EQ(waits[i], absl::Milliseconds(320));
+  }
+  std::printf(
+      "[ measured ] a group that cannot start: %d tries in 1.5 s (backoff "
+      "20 ms doubling to 320 ms); a cancel meanwhile took %.3f s\n",
+      attempts, cancel_seconds);
+}
+
 // A worker killed mid-request loses nothing: the running requests go back
 // to the queue with what they generated and resume on the replacement
 // group where they were -- greedy and seeded ones give exactly the tokens
