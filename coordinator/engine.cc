@@ -219,14 +219,19 @@ void Engine::RequeueRunning(const absl::Status& why) {
       scheduler_->Requeue(id);  // resumes on the next group, as it was
       continue;
     }
-    scheduler_->Finish(id);
-    End(*it->second,
-        absl::UnavailableError(absl::StrCat(
-            why.message(), " (the request was running in ",
-            it->second->group_failures, " worker groups that failed)")),
-        Finish::kLength);
-    active_.erase(it);
+    EndActive(id,
+              absl::UnavailableError(absl::StrCat(
+                  why.message(), " (the request was running in ",
+                  it->second->group_failures, " worker groups that failed)")));
   }
+}
+
+void Engine::EndActive(uint64_t id, const absl::Status& status) {
+  scheduler_->Finish(id);  // its blocks are free now
+  End(*active_.at(id), status, Finish::kLength);
+  active_.erase(id);
+  // Its state on the workers (a failed group answers at once).
+  if (group_ != nullptr) group_->Free({id}).IgnoreError();
 }
 
 bool Engine::Deliver(Active& a, int32_t token, float logprob) {
@@ -342,13 +347,8 @@ void Engine::RefusedStep(const StepPlan& plan, const absl::Status& why) {
   }
   // Refused on its own: a bug here, not the workers'. It ends, its state
   // on the workers is freed, the group serves on.
-  const uint64_t id = plan.seqs[0].id;
-  scheduler_->Finish(id);
-  End(*active_.at(id),
-      absl::InternalError(absl::StrCat("step refused: ", why.message())),
-      Finish::kLength);
-  active_.erase(id);
-  group_->Free({id}).IgnoreError();
+  EndActive(plan.seqs[0].id,
+            absl::InternalError(absl::StrCat("step refused: ", why.message())));
 }
 
 void Engine::PublishLoad() {
@@ -404,12 +404,7 @@ void Engine::ApplyCancels(Inbox& inbox) {
       inbox.fresh.erase(f);
       continue;
     }
-    auto it = active_.find(id);
-    if (it == active_.end()) continue;
-    scheduler_->Finish(id);  // its blocks are free now
-    End(*it->second, absl::CancelledError("cancelled"), Finish::kLength);
-    active_.erase(it);
-    if (group_ != nullptr) group_->Free({id}).IgnoreError();
+    if (active_.contains(id)) EndActive(id, absl::CancelledError("cancelled"));
   }
 }
 

@@ -155,6 +155,10 @@ class Engine {
   // Hands `token` to its request; true when the request is done.
   bool Deliver(Active& a, int32_t token, float logprob);
   void End(Active& a, const absl::Status& status, Finish finish);
+  // Ends a request the scheduler holds, before its end (cancelled, refused,
+  // or past its group failures): its blocks, its entry and its state on the
+  // workers are freed.
+  void EndActive(uint64_t id, const absl::Status& status);
 
   const EngineOptions options_;
   // Engine thread only, but for the thread-safe CheckFits.
