@@ -1,37 +1,98 @@
 // The SentencePiece module (liboctet_sentencepiece.so): the only code that
-// includes SentencePiece's headers or links its library. See
-// sentencepiece_bridge.h for why it is a module of its own, and why no
+// includes SentencePiece's headers or links its library. It runs in a link
+// namespace of its own, with its own libc and libstdc++
+// (sentencepiece_loader.cc), so it speaks only the C interface of
+// sentencepiece_abi.h: results leave through the caller's sinks, the
+// processors it makes are freed here, and no exception leaves an entry point.
+// See sentencepiece_bridge.h for why it is a module of its own, and why no
 // abseil header may be included here.
-#include "model/sentencepiece_bridge.h"
-
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <exception>
+#include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
-namespace octet::sp_bridge {
+#include "model/sentencepiece_abi.h"
+
+struct OctetSpProcessor {
+  sentencepiece::SentencePieceProcessor sp;
+};
+
 namespace {
 
-class SpProcessor : public Processor {
- public:
-  sentencepiece::SentencePieceProcessor sp;
+std::string ToString(OctetSpString s) { return std::string(s.data, s.size); }
 
-  std::vector<int> Encode(const std::string& text) const override {
+void Send(OctetSpBytesSink sink, void* ctx, const std::string& bytes) {
+  sink(ctx, bytes.data(), bytes.size());
+}
+
+// Runs `body` (which returns 1 or 0); an exception becomes an error.
+template <typename Body>
+int Guarded(OctetSpBytesSink error, void* ctx, Body body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    Send(error, ctx, std::string("SentencePiece threw: ") + e.what());
+  } catch (...) {
+    Send(error, ctx, "SentencePiece threw an unknown exception");
+  }
+  return 0;
+}
+
+// Sends a failed status to `error`; 1 when `status` is ok.
+int Report(const sentencepiece::util::Status& status, OctetSpBytesSink error,
+           void* ctx) {
+  if (status.ok()) return 1;
+  Send(error, ctx, status.ToString());
+  return 0;
+}
+
+OctetSpProcessor* Load(OctetSpString serialized, OctetSpBytesSink error,
+                       void* ctx) {
+  OctetSpProcessor* p = nullptr;
+  Guarded(error, ctx, [&] {
+    auto loaded = std::make_unique<OctetSpProcessor>();
+    if (!Report(loaded->sp.LoadFromSerializedProto(ToString(serialized)), error,
+                ctx)) {
+      return 0;
+    }
+    p = loaded.release();
+    return 1;
+  });
+  return p;
+}
+
+void Destroy(OctetSpProcessor* p) { delete p; }
+
+int Encode(const OctetSpProcessor* p, OctetSpString text, OctetSpIdsSink sink,
+           OctetSpBytesSink error, void* ctx) {
+  return Guarded(error, ctx, [&] {
     std::vector<int> ids;
-    if (!sp.Encode(text, &ids).ok()) ids.clear();
-    return ids;
-  }
-  bool Decode(const std::vector<int>& ids, std::string* text,
-              std::string* error) const override {
-    const auto status = sp.Decode(ids, text);
-    if (!status.ok()) *error = status.ToString();
-    return status.ok();
-  }
-  int PieceSize() const override { return sp.GetPieceSize(); }
-  int BosId() const override { return sp.bos_id(); }
-  int EosId() const override { return sp.eos_id(); }
-};
+    if (!Report(p->sp.Encode(ToString(text), &ids), error, ctx)) return 0;
+    sink(ctx, ids.data(), ids.size());
+    return 1;
+  });
+}
+
+int Decode(const OctetSpProcessor* p, const int* ids, size_t count,
+           OctetSpBytesSink sink, OctetSpBytesSink error, void* ctx) {
+  return Guarded(error, ctx, [&] {
+    std::string text;
+    if (!Report(p->sp.Decode(std::vector<int>(ids, ids + count), &text), error,
+                ctx)) {
+      return 0;
+    }
+    Send(sink, ctx, text);
+    return 1;
+  });
+}
+
+int PieceSize(const OctetSpProcessor* p) { return p->sp.GetPieceSize(); }
+int BosId(const OctetSpProcessor* p) { return p->sp.bos_id(); }
+int EosId(const OctetSpProcessor* p) { return p->sp.eos_id(); }
 
 class VectorIterator : public sentencepiece::SentenceIterator {
  public:
@@ -48,28 +109,17 @@ class VectorIterator : public sentencepiece::SentenceIterator {
   size_t i_ = 0;
 };
 
-std::unique_ptr<Processor> Load(const std::string& serialized,
-                                std::string* error) {
-  auto p = std::make_unique<SpProcessor>();
-  const auto status = p->sp.LoadFromSerializedProto(serialized);
-  if (!status.ok()) {
-    *error = status.ToString();
-    return nullptr;
-  }
-  return p;
-}
-
-bool Train(const std::vector<std::string>& sentences,
-           const TrainOptions& options, std::string* serialized,
-           std::string* error) {
+// The trainer's flags for a Llama-style BPE model (sentencepiece_bridge.h).
+std::unordered_map<std::string, std::string> TrainerArgs(
+    const OctetSpTrainArgs& args) {
   std::string symbols;
-  for (const std::string& s : options.user_defined_symbols) {
+  for (size_t i = 0; i < args.user_defined_symbol_count; ++i) {
     if (!symbols.empty()) symbols += ',';
-    symbols += s;
+    symbols += ToString(args.user_defined_symbols[i]);
   }
-  const std::unordered_map<std::string, std::string> args = {
+  return {
       {"model_type", "bpe"},
-      {"vocab_size", std::to_string(options.vocab_size)},
+      {"vocab_size", std::to_string(args.vocab_size)},
       {"byte_fallback", "true"},
       {"character_coverage", "1.0"},
       {"split_digits", "true"},
@@ -87,19 +137,43 @@ bool Train(const std::vector<std::string>& sentences,
       {"user_defined_symbols", symbols},
       {"hard_vocab_limit", "true"},
   };
-  VectorIterator it(sentences);
-  const auto status =
-      sentencepiece::SentencePieceTrainer::Train(args, &it, serialized);
-  if (!status.ok()) *error = status.ToString();
-  return status.ok();
 }
 
-constexpr Api kApi = {kApiVersion, &Load, &Train};
+int TrainBpe(const OctetSpTrainArgs* args, OctetSpBytesSink model,
+             OctetSpBytesSink error, void* ctx) {
+  return Guarded(error, ctx, [&] {
+    std::vector<std::string> sentences;
+    sentences.reserve(args->sentence_count);
+    for (size_t i = 0; i < args->sentence_count; ++i) {
+      sentences.push_back(ToString(args->sentences[i]));
+    }
+    VectorIterator it(sentences);
+    std::string serialized;
+    if (!Report(sentencepiece::SentencePieceTrainer::Train(TrainerArgs(*args),
+                                                           &it, &serialized),
+                error, ctx)) {
+      return 0;
+    }
+    Send(model, ctx, serialized);
+    return 1;
+  });
+}
+
+constexpr OctetSpApi kApi = {
+    .version = OCTET_SP_ABI_VERSION,
+    .load = Load,
+    .destroy = Destroy,
+    .encode = Encode,
+    .decode = Decode,
+    .piece_size = PieceSize,
+    .bos_id = BosId,
+    .eos_id = EosId,
+    .train_bpe = TrainBpe,
+};
 
 }  // namespace
-}  // namespace octet::sp_bridge
 
-extern "C" __attribute__((visibility("default"))) const octet::sp_bridge::Api*
-OctetSentencePieceApi() {
-  return &octet::sp_bridge::kApi;
+extern "C" __attribute__((visibility("default"))) const OctetSpApi*
+OctetSentencePieceApi(void) {
+  return &kApi;
 }

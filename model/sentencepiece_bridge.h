@@ -1,16 +1,30 @@
-// Internal: SentencePiece behind a std-only interface, in a module of its
-// own (liboctet_sentencepiece.so, built from sentencepiece_bridge.cc) that
-// is loaded at run time with its own symbol scope (sentencepiece_loader.cc).
+// Internal: SentencePiece behind a std-only interface, for the tokenizer
+// and the synthetic checkpoints. SentencePiece itself lives in a module of
+// its own (liboctet_sentencepiece.so, built from sentencepiece_bridge.cc),
+// loaded at run time into a link namespace of its own
+// (sentencepiece_loader.cc) and reached through a plain C interface
+// (sentencepiece_abi.h).
 //
-// Two reasons. Debian's libsentencepiece carries and exports its own copy of
-// protobuf (3.14, "builtin_pb"), whose symbols clash with the system
+// Why a module. Debian's libsentencepiece carries and exports its own copy
+// of protobuf (3.14, "builtin_pb"), whose symbols clash with the system
 // protobuf (3.21) that gRPC links: in one symbol scope SentencePiece's
-// generated code binds to the wrong protobuf and aborts at start. Loaded
-// with RTLD_LOCAL | RTLD_DEEPBIND it resolves to its own copy, and the rest
-// of the program never sees it. And sentencepiece_processor.h declares
-// `namespace absl { using std::string_view; }`, which collides with
-// abseil's absl::string_view in any file that includes both, so
-// model/tokenizer.h (absl-based) builds on this interface instead.
+// generated code binds to the wrong protobuf and aborts at start. And
+// sentencepiece_processor.h declares `namespace absl { using
+// std::string_view; }`, which collides with abseil's absl::string_view in any
+// file that includes both, so model/tokenizer.h (absl-based) builds on this
+// interface instead.
+//
+// Why its own link namespace (dlmopen with LM_ID_NEWLM) rather than
+// dlopen(RTLD_LOCAL | RTLD_DEEPBIND), as it once was: DEEPBIND makes the
+// module and its libraries resolve to their own symbols first, which keeps
+// SentencePiece on its protobuf, but the sanitizer runtimes refuse it (they
+// interpose malloc and friends, and a deep-bound library would bypass them),
+// so ASan and TSan builds died at the first tokenizer. In a namespace of its
+// own the module sees only its own libraries, so it keeps its protobuf
+// without DEEPBIND; the price is that it also has its own libc and
+// libstdc++, hence the C interface where nothing allocated on one side is
+// freed on the other. The module is never built with sanitizers: no
+// sanitizer runtime is loaded in its namespace.
 #pragma once
 
 #include <memory>
@@ -53,17 +67,5 @@ struct TrainOptions {
 bool TrainBpe(const std::vector<std::string>& sentences,
               const TrainOptions& options, std::string* serialized,
               std::string* error);
-
-// The module's entry points, as the module exports them (C symbol
-// OctetSentencePieceApi). Both sides are built together from this header.
-inline constexpr int kApiVersion = 1;
-struct Api {
-  int version;
-  std::unique_ptr<Processor> (*load)(const std::string& serialized,
-                                     std::string* error);
-  bool (*train)(const std::vector<std::string>& sentences,
-                const TrainOptions& options, std::string* serialized,
-                std::string* error);
-};
 
 }  // namespace octet::sp_bridge

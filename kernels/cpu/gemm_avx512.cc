@@ -67,10 +67,17 @@ struct E4m3Decoder {
   }
 };
 
+// The lanes of a masked load with `left` elements still to read: all, the
+// first `left`, or none. `left` is negative past the end of a row when a
+// padded loop steps beyond it (PrepareBf16 pads K to 64 in steps of 32, so
+// its last step starts past K when K % 64 is 1..32): no lanes, not a shift
+// by a negative count.
 inline __mmask64 Mask64(int64_t left) {
+  if (left <= 0) return 0;
   return left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
 }
 inline __mmask32 Mask32(int64_t left) {
+  if (left <= 0) return 0;
   return left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
 }
 
