@@ -9,10 +9,15 @@
 // running ones (--workers, with --token_file), shows their load progress,
 // and serves octet.v1.Generation, grpc.health.v1.Health (SERVING once every
 // rank is loaded; "liveness" while the process answers) and server
-// reflection on --port, and Prometheus metrics on --metrics_port. A failed
-// worker group is replaced by a new one. On SIGTERM or SIGINT it drains:
+// reflection on --port (TLS only with --tls_cert, mutual with
+// --tls_client_ca; --health_port serves health alone in plaintext for
+// probes that cannot do TLS), and Prometheus metrics on --metrics_port.
+// With --worker_tls_ca the link to remote workers is mutual TLS
+// (parallel/tls.h); a bad TLS file is a bad flag. A failed worker group
+// is replaced by a new one. On SIGTERM or SIGINT it drains:
 // NOT_SERVING, new requests refused, running and queued ones finish (up to
-// --drain_timeout), then it exits 0.
+// --drain_timeout), then it exits 0. Workers that fail to start the same
+// way --max_start_failures times in a row end it with exit code 1.
 //
 // The composition root: it reads the model's config and tokenizer with
 // model/'s readers; it never links worker/ code (the workers are programs).
@@ -23,17 +28,23 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/engine.h"
@@ -43,6 +54,7 @@
 #include "model/file_util.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
+#include "parallel/tls.h"
 
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, *.safetensors)");
@@ -79,6 +91,33 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM, how long running and queued requests may take to "
           "finish before they are cancelled (new ones are refused at once)");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(5),
+          "how long the workers may take for one step (at most "
+          "--max_batch_tokens tokens) before their group counts as stuck and "
+          "is replaced; its requests resume on the new one");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of the public API: with --tls_key, it "
+          "takes TLS only");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): clients of the API must present a "
+          "certificate signed by one (mutual TLS; needs --tls_cert)");
+ABSL_FLAG(std::string, worker_tls_ca, "",
+          "with --workers: PEM CA certificate(s) that signed the workers' "
+          "certificates; the link to them (and their rendezvous store) is "
+          "then mutual TLS");
+ABSL_FLAG(std::string, worker_tls_cert, "",
+          "with --worker_tls_ca: this coordinator's PEM certificate toward "
+          "the workers, also its rendezvous store's (default: --tls_cert)");
+ABSL_FLAG(std::string, worker_tls_key, "",
+          "PEM private key of --worker_tls_cert (default: --tls_key)");
+ABSL_FLAG(int32_t, health_port, 0,
+          "also serve grpc.health.v1 alone, in plaintext, on this port (for "
+          "probes that cannot do TLS); 0: none");
+ABSL_FLAG(int32_t, max_start_failures, 5,
+          "when the workers fail to start this many times in a row with the "
+          "same error, stop trying: end the waiting requests and exit 1 (for "
+          "a supervisor to see); 0: retry for ever");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "port of the Prometheus endpoint (http://HOST:PORT/metrics); 0: "
           "none");
@@ -87,6 +126,8 @@ namespace octet {
 namespace {
 
 volatile std::sig_atomic_t stop_signal = 0;
+// Set when the engine gave up starting workers (--max_start_failures).
+std::atomic<bool> gave_up{false};
 
 // grpc.health.v1 as the engine reports it: "" (the server) and
 // octet.v1.Generation are SERVING while a loaded worker group serves
@@ -100,28 +141,31 @@ class Health {
     serving_ = serving;
     Apply();
   }
-  // The server's health service, once it runs.
+  // A server's health service, once it runs (the API's, and the
+  // --health_port server's when there is one: both say the same).
   void Attach(grpc::HealthCheckServiceInterface* service) {
     absl::MutexLock lock(&mu_);
-    service_ = service;
-    service_->SetServingStatus("liveness", true);
+    services_.push_back(service);
+    service->SetServingStatus("liveness", true);
     Apply();
   }
   // Shutting down: everything NOT_SERVING, and no more updates.
   void Detach() {
     absl::MutexLock lock(&mu_);
-    if (service_ != nullptr) service_->SetServingStatus(false);
-    service_ = nullptr;
+    for (auto* service : services_) service->SetServingStatus(false);
+    services_.clear();
   }
 
  private:
   void Apply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (service_ == nullptr) return;
-    service_->SetServingStatus("", serving_);
-    service_->SetServingStatus("octet.v1.Generation", serving_);
+    for (auto* service : services_) {
+      service->SetServingStatus("", serving_);
+      service->SetServingStatus("octet.v1.Generation", serving_);
+    }
   }
   absl::Mutex mu_;
-  grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<grpc::HealthCheckServiceInterface*> services_
+      ABSL_GUARDED_BY(mu_);
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -140,12 +184,17 @@ struct CoordinatorOptions {
   int port = 0, metrics_port = 0;
   std::vector<std::string> remote;  // --workers; empty: spawn them
   std::string token;                // --token_file's content
+  TlsConfig api_tls;                // the public API's (empty: plaintext)
+  TlsConfig worker_tls;  // the link to remote workers' (empty: plaintext)
+  int health_port = 0;   // plaintext grpc.health.v1 alone; 0: none
   std::string rendezvous_host;
   int rendezvous_port = 0;
   int block_size = 0;
   int64_t kv_tokens = 0;
   int threads = 0;  // per worker; 0 resolved for spawned workers
   absl::Duration drain_timeout;
+  absl::Duration step_timeout;
+  int max_start_failures = 0;
 };
 
 absl::Status Invalid(const std::string& message) {
@@ -232,6 +281,59 @@ absl::Status ParseRemoteWorkers(CoordinatorOptions& o) {
   return absl::OkStatus();
 }
 
+// --tls_cert, --tls_key and --tls_client_ca: the public API's TLS.
+absl::Status ParseApiTls(CoordinatorOptions& o) {
+  OCTET_RETURN_IF_ERROR(ReadTlsIdentity(
+      "tls_cert", absl::GetFlag(FLAGS_tls_cert), "tls_key",
+      absl::GetFlag(FLAGS_tls_key), TlsRole::kServer, o.api_tls));
+  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (client_ca.empty()) return absl::OkStatus();
+  if (o.api_tls.cert_chain.empty()) {
+    return Invalid("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  OCTET_ASSIGN_OR_RETURN(o.api_tls.ca,
+                         ReadTlsCertificates("tls_client_ca", client_ca));
+  return absl::OkStatus();
+}
+
+// --worker_tls_ca and this coordinator's certificate toward the workers
+// (--worker_tls_cert/--worker_tls_key, or else --tls_cert/--tls_key): the
+// link to remote workers. After ParseRemoteWorkers.
+absl::Status ParseWorkerTls(CoordinatorOptions& o) {
+  const std::string ca = absl::GetFlag(FLAGS_worker_tls_ca);
+  const std::string cert = absl::GetFlag(FLAGS_worker_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_worker_tls_key);
+  if (ca.empty()) {
+    if (!cert.empty() || !key.empty()) {
+      return Invalid(
+          "--worker_tls_cert and --worker_tls_key need "
+          "--worker_tls_ca");
+    }
+    return absl::OkStatus();
+  }
+  if (o.remote.empty()) {
+    return Invalid(
+        "--worker_tls_ca applies to --workers (spawned workers "
+        "are on private Unix sockets)");
+  }
+  const bool own = !cert.empty() || !key.empty();
+  OCTET_RETURN_IF_ERROR(
+      ReadTlsIdentity(own ? "worker_tls_cert" : "tls_cert",
+                      own ? cert : absl::GetFlag(FLAGS_tls_cert),
+                      own ? "worker_tls_key" : "tls_key",
+                      own ? key : absl::GetFlag(FLAGS_tls_key),
+                      TlsRole::kServerAndClient, o.worker_tls));
+  if (o.worker_tls.cert_chain.empty()) {
+    return Invalid(
+        "--worker_tls_ca needs this coordinator's certificate for the "
+        "workers: --worker_tls_cert and --worker_tls_key (or --tls_cert and "
+        "--tls_key)");
+  }
+  OCTET_ASSIGN_OR_RETURN(o.worker_tls.ca,
+                         ReadTlsCertificates("worker_tls_ca", ca));
+  return absl::OkStatus();
+}
+
 // Every flag, checked before anything starts.
 absl::StatusOr<CoordinatorOptions> ParseFlags() {
   CoordinatorOptions o;
@@ -247,6 +349,10 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   OCTET_RETURN_IF_ERROR(CheckPort("metrics_port", o.metrics_port));
   OCTET_RETURN_IF_ERROR(ParseRemoteWorkers(o));
+  OCTET_RETURN_IF_ERROR(ParseApiTls(o));
+  OCTET_RETURN_IF_ERROR(ParseWorkerTls(o));
+  o.health_port = absl::GetFlag(FLAGS_health_port);
+  OCTET_RETURN_IF_ERROR(CheckPort("health_port", o.health_port));
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   if (o.block_size < 1 || o.kv_tokens < o.block_size) {
@@ -255,6 +361,14 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   if (o.drain_timeout < absl::ZeroDuration()) {
     return Invalid("--drain_timeout must be >= 0");
+  }
+  o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  if (o.step_timeout <= absl::ZeroDuration()) {
+    return Invalid("--step_timeout must be > 0");
+  }
+  o.max_start_failures = absl::GetFlag(FLAGS_max_start_failures);
+  if (o.max_start_failures < 0) {
+    return Invalid("--max_start_failures must be >= 0");
   }
   o.threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_max_batch_tokens) < 1 ||
@@ -297,6 +411,61 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   return m;
 }
 
+// Bytes this machine can still give processes: MemAvailable, or less
+// under a cgroup v2 memory limit (a container's); nullopt if unknown.
+std::optional<int64_t> AvailableMemory() {
+  std::optional<int64_t> available;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    int64_t kib = 0;
+    if (line.rfind("MemAvailable:", 0) == 0 &&
+        absl::SimpleAtoi(
+            absl::StripSuffix(absl::StripAsciiWhitespace(line.substr(13)),
+                              " kB"),
+            &kib)) {
+      available = kib * 1024;
+    }
+  }
+  int64_t limit = 0, used = 0;
+  std::string max_text, current_text;
+  if (std::ifstream("/sys/fs/cgroup/memory.max") >> max_text &&
+      std::ifstream("/sys/fs/cgroup/memory.current") >> current_text &&
+      absl::SimpleAtoi(max_text, &limit) &&
+      absl::SimpleAtoi(current_text, &used)) {  // "max": no limit
+    const int64_t left = std::max<int64_t>(0, limit - used);
+    available = available.has_value() ? std::min(*available, left) : left;
+  }
+  return available;
+}
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+// Spawned CPU workers live in this machine's memory: a model and KV cache
+// that cannot fit fail every load alike (or wake the OOM killer), so a
+// need beyond what is available is a bad flag, said before any worker
+// starts. (GPU and remote workers' memory is not known here.)
+absl::Status CheckMemory(const CoordinatorOptions& o,
+                         const ModelConfig& config) {
+  const bool cpu = o.device == rpc::DEVICE_CPU ||
+                   (o.device == rpc::DEVICE_AUTO &&
+                    !std::filesystem::exists("/dev/nvidiactl"));
+  if (!o.remote.empty() || !cpu) return absl::OkStatus();
+  const std::optional<int64_t> available = AvailableMemory();
+  const MemoryNeed need = LeastMemoryNeed(
+      config, o.tp, o.quantization == "fp8" ? 1 : 2, o.kv_tokens);
+  if (!available.has_value() || need.total() <= *available) {
+    return absl::OkStatus();
+  }
+  return Invalid(absl::StrCat(
+      o.model, ": the workers need at least ", GiB(need.total()),
+      " of memory (weights ", GiB(need.weights), ", KV cache of ", o.kv_tokens,
+      " tokens ", GiB(need.kv_cache), ") but ", GiB(*available),
+      " is available: lower --kv_cache_tokens or --tp, or "
+      "give it more memory"));
+}
+
 // The Prometheus endpoint on --metrics_port (none for 0).
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
     int port, Metrics& metrics) {
@@ -324,10 +493,12 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
           .string();
   g.remote = o.remote;
   g.token = o.token;
+  g.tls = o.worker_tls;
   // Remote workers dial the address they were called from (wildcard host).
   g.rendezvous_listen = absl::StrCat(o.remote.empty() ? "127.0.0.1" : "0.0.0.0",
                                      ":", o.rendezvous_port);
   g.rendezvous_host = o.rendezvous_host;
+  g.step_timeout = o.step_timeout;
   g.load.set_model_dir(std::filesystem::absolute(o.model).string());
   g.load.set_quantization(o.quantization == "fp8" ? rpc::QUANTIZATION_FP8
                                                   : rpc::QUANTIZATION_NONE);
@@ -343,16 +514,17 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
 // Starts a worker group, with rank 0's load progress on stderr (one
 // rewritten line on a terminal).
 absl::StatusOr<std::unique_ptr<WorkerGroup>> StartGroup(
-    const WorkerGroupOptions& g, bool terminal) {
+    const WorkerGroupOptions& g, bool terminal, StartCancel& cancel) {
   std::fprintf(stderr, "coordinator: starting %d worker(s)\n", g.tp);
-  auto group = WorkerGroup::Start(g, [&](int rank, const rpc::LoadProgress& p) {
+  const auto show = [&](int rank, const rpc::LoadProgress& p) {
     if (rank != 0) return;  // the ranks load in step
     std::fprintf(stderr,
                  terminal ? "\rcoordinator: loading %lld/%lld %s   "
                           : "coordinator: loading %lld/%lld %s\n",
                  static_cast<long long>(p.done()),
                  static_cast<long long>(p.total()), p.stage().c_str());
-  });
+  };
+  auto group = WorkerGroup::Start(g, show, &cancel);
   if (terminal) std::fprintf(stderr, "\n");
   if (!group.ok()) {
     std::fprintf(stderr, "coordinator: the workers did not start: %s\n",
@@ -382,23 +554,33 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
                  serving ? "SERVING" : "NOT_SERVING", why.ok() ? "" : ": ",
                  std::string(why.message()).c_str());
   };
-  e.start_group = [g = GroupOptions(o), terminal = isatty(STDERR_FILENO)] {
-    return StartGroup(g, terminal);
+  e.start_group = [g = GroupOptions(o),
+                   terminal = isatty(STDERR_FILENO)](StartCancel& cancel) {
+    return StartGroup(g, terminal, cancel);
   };
   // Failures in a row back off (1 s, doubling, up to a minute).
   e.on_start_failed = [](const absl::Status&, absl::Duration retry_in) {
     std::fprintf(stderr, "coordinator: next try in %s\n",
                  absl::FormatDuration(retry_in).c_str());
   };
+  e.max_start_failures = o.max_start_failures;
+  e.on_gave_up = [](const absl::Status& why) {
+    std::fprintf(stderr, "coordinator: giving up: %s\n",
+                 std::string(why.message()).c_str());
+    gave_up = true;
+  };
   e.tokenizer = model.tokenizer.get();
   return e;
 }
 
 // What the public service checks requests against and says of the model.
-ModelLimits LimitsOf(const CoordinatorOptions& o, const ModelConfig& config) {
+ModelLimits LimitsOf(const CoordinatorOptions& o, const ModelConfig& config,
+                     const Tokenizer* tokenizer) {
   ModelLimits limits;
   limits.vocab_size = config.vocab_size;
   limits.max_context = std::min(config.max_position_embeddings, o.kv_tokens);
+  if (tokenizer != nullptr)
+    limits.max_token_bytes = tokenizer->max_token_bytes();
   for (int64_t id : config.eos_token_ids) {
     limits.eos_ids.push_back(static_cast<int32_t>(id));
   }
@@ -427,11 +609,11 @@ void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
   engine.Drain();
   const std::sig_atomic_t first = stop_signal;
   stop_signal = 0;
+  const std::string why =
+      first != 0 ? absl::StrCat("signal ", first) : std::string("gave up");
   std::fprintf(stderr,
-               "coordinator: signal %d: draining %lld request(s) for up to "
-               "%s\n",
-               static_cast<int>(first),
-               static_cast<long long>(engine.unfinished()),
+               "coordinator: %s: draining %lld request(s) for up to %s\n",
+               why.c_str(), static_cast<long long>(engine.unfinished()),
                absl::FormatDuration(drain_timeout).c_str());
   const absl::Time deadline = start + drain_timeout;
   bool idle = false;
@@ -453,29 +635,43 @@ void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
 }
 
 // Serves `service` (with health and reflection) on --port until SIGINT or
-// SIGTERM, then drains; false when the port cannot be had.
-bool Serve(GenerationService& service, Engine& engine,
-           const CoordinatorOptions& o, Health& health) {
+// SIGTERM (or the engine gives up), then drains; an error when a port
+// cannot be had. Over TLS with --tls_cert; health alone, in plaintext, also
+// on --health_port.
+absl::Status Serve(GenerationService& service, Engine& engine,
+                   const CoordinatorOptions& o, Health& health) {
   const int port = o.port;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(absl::StrCat("0.0.0.0:", port),
-                           grpc::InsecureServerCredentials(), &bound);
+                           TlsServerCredentials(o.api_tls), &bound);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound == 0) return false;
-  std::fprintf(stderr, "coordinator: serving octet.v1.Generation on port %d\n",
-               bound);
+  if (server == nullptr || bound == 0) {
+    return Invalid(absl::StrCat("cannot listen on port ", port));
+  }
+  std::fprintf(stderr,
+               "coordinator: serving octet.v1.Generation on port %d%s\n", bound,
+               o.api_tls.cert_chain.empty() ? ""
+               : o.api_tls.ca.empty()       ? " (TLS)"
+                                            : " (mutual TLS)");
+  std::unique_ptr<HealthOnlyServer> health_server;
+  if (o.health_port != 0) {
+    OCTET_ASSIGN_OR_RETURN(health_server,
+                           HealthOnlyServer::Start(o.health_port));
+    health.Attach(health_server->health());
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   health.Attach(server->GetHealthCheckService());
-  while (stop_signal == 0) {
+  while (stop_signal == 0 && !gave_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   Drain(*server, engine, o.drain_timeout, health);
-  return true;
+  health_server.reset();
+  return absl::OkStatus();
 }
 
 // A one-line error; the exit code of bad input.
@@ -490,8 +686,16 @@ int Main() {
   absl::StatusOr<CoordinatorOptions> options = ParseFlags();
   if (!options.ok()) return Usage(std::string(options.status().message()));
   const CoordinatorOptions& o = *options;
+  if (!o.remote.empty() && o.worker_tls.ca.empty()) {
+    std::fprintf(stderr,
+                 "coordinator: --workers without --worker_tls_ca: the "
+                 "workers' token crosses the network in clear text\n");
+  }
   absl::StatusOr<ModelFacts> model = ReadModel(o.model, o.tp);
   if (!model.ok()) return Usage(std::string(model.status().message()));
+  if (absl::Status s = CheckMemory(o, model->config); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
   // Metrics first: the engine counts into them from its start.
   Metrics metrics;
   absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer =
@@ -503,18 +707,20 @@ int Main() {
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Start(EngineOptionsFor(o, *model, metrics, health));
   if (!engine.ok()) return Usage(std::string(engine.status().message()));
-  const ModelLimits limits = LimitsOf(o, model->config);
+  const ModelLimits limits = LimitsOf(o, model->config, model->tokenizer.get());
   EncodeFn encode;
   if (const Tokenizer* t = model->tokenizer.get(); t != nullptr) {
     encode = [t](const std::string& text) { return t->Encode(text, true); };
   }
-  GenerationService service(**engine, limits, encode,
-                            InfoOf(o, model->config, limits), &metrics);
-  if (!Serve(service, **engine, o, *health)) {
-    return Usage(absl::StrCat("cannot listen on port ", o.port));
+  // Two threads check and tokenize requests; as many may wait as queue.
+  GenerationService service(
+      **engine, limits, encode, InfoOf(o, model->config, limits), &metrics,
+      /*check_threads=*/2, absl::GetFlag(FLAGS_max_queue));
+  if (absl::Status s = Serve(service, **engine, o, *health); !s.ok()) {
+    return Usage(std::string(s.message()));
   }
   engine->reset();
-  return 0;
+  return gave_up ? 1 : 0;
 }
 
 }  // namespace

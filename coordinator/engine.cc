@@ -58,6 +58,17 @@ size_t CharStart(const std::string& text, size_t at) {
   return at;
 }
 
+// Whether two failures to start a group are the same one, numbers aside
+// (which rank said it first, a pid or a port vary from try to try).
+bool SameFailure(const absl::Status& a, const absl::Status& b) {
+  const auto letters = [](absl::string_view m) {
+    std::string out(m);
+    std::erase_if(out, [](char c) { return c >= '0' && c <= '9'; });
+    return out;
+  };
+  return a.code() == b.code() && letters(a.message()) == letters(b.message());
+}
+
 bool Contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
@@ -72,6 +83,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(EngineOptions options) {
       options.max_restart_backoff < options.restart_backoff) {
     return absl::InvalidArgumentError(
         "engine: restart_backoff must be > 0 and <= max_restart_backoff");
+  }
+  if (options.max_start_failures < 0) {
+    return absl::InvalidArgumentError(
+        "engine: max_start_failures must be >= 0");
   }
   if (options.max_group_failures < 1) {
     return absl::InvalidArgumentError(
@@ -91,6 +106,7 @@ Engine::~Engine() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    if (starting_ != nullptr) starting_->Cancel();  // a load in progress
     wake_.SignalAll();
   }
   thread_.join();
@@ -126,6 +142,7 @@ absl::StatusOr<uint64_t> Engine::Queue(ValidRequest request,
   }
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is stopping");
+  if (!gave_up_.ok()) return gave_up_;
   if (draining_) {
     return absl::UnavailableError(
         "the server is shutting down and takes no new requests");
@@ -157,6 +174,11 @@ void Engine::Cancel(uint64_t id) {
 bool Engine::serving() const {
   absl::MutexLock lock(&mu_);
   return serving_;
+}
+
+bool Engine::gave_up() const {
+  absl::MutexLock lock(&mu_);
+  return !gave_up_.ok();
 }
 
 absl::Status Engine::last_failure() const {
@@ -230,8 +252,16 @@ void Engine::EndActive(uint64_t id, const absl::Status& status) {
   scheduler_->Finish(id);  // its blocks are free now
   End(*active_.at(id), status, Finish::kLength);
   active_.erase(id);
-  // Its state on the workers (a failed group answers at once).
-  if (group_ != nullptr) group_->Free({id}).IgnoreError();
+  FreeOnWorkers({id});
+}
+
+void Engine::FreeOnWorkers(std::vector<uint64_t> ids) {
+  if (in_step_) {  // not while a step is in flight: after it
+    free_after_step_.insert(free_after_step_.end(), ids.begin(), ids.end());
+    return;
+  }
+  // (A failed group answers at once.)
+  if (group_ != nullptr) group_->Free(ids).IgnoreError();
 }
 
 bool Engine::Deliver(Active& a, int32_t token, float logprob) {
@@ -311,13 +341,18 @@ void Engine::RunStep(const StepPlan& plan) {
     p->set_repetition_penalty(a.request.repetition_penalty);
     s->set_logprobs(a.request.logprobs);
   }
-  absl::StatusOr<rpc::StepResponse> response = group_->Step(request);
+  in_step_ = true;
+  absl::StatusOr<rpc::StepResponse> response =
+      group_->Step(request, [&] { WhileStepRuns(plan); });
+  in_step_ = false;
+  std::vector<uint64_t> done;
+  done.swap(free_after_step_);
   if (!response.ok()) {
+    FreeOnWorkers(std::move(done));
     if (!group_->failed().ok()) return;  // replaced by the loop
     RefusedStep(plan, response.status());
     return;
   }
-  std::vector<uint64_t> done;
   for (const rpc::SampledToken& t : response->tokens()) {
     auto it = active_.find(t.seq_id());
     if (it == active_.end()) continue;
@@ -328,7 +363,32 @@ void Engine::RunStep(const StepPlan& plan) {
       done.push_back(t.seq_id());
     }
   }
-  group_->Free(done).IgnoreError();  // a failed group shows at the next step
+  FreeOnWorkers(std::move(done));  // a failed group shows at the next step
+}
+
+void Engine::WhileStepRuns(const StepPlan& plan) {
+  Inbox inbox;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      group_->Abort(absl::UnavailableError("the server is stopping"));
+      return;
+    }
+    inbox.fresh.swap(submitted_);
+    inbox.cancels.swap(cancelled_);
+  }
+  // A sequence of this step cannot end before the step does.
+  std::erase_if(inbox.cancels, [&](uint64_t id) {
+    const bool stepping =
+        std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                    [id](const ScheduledSeq& q) { return q.id == id; });
+    if (stepping) cancels_after_step_.push_back(id);
+    return stepping;
+  });
+  ApplyCancels(inbox);
+  Admit(inbox.fresh);
+  absl::MutexLock lock(&mu_);
+  queued_ = scheduler_->waiting();
 }
 
 void Engine::RefusedStep(const StepPlan& plan, const absl::Status& why) {
@@ -338,6 +398,7 @@ void Engine::RefusedStep(const StepPlan& plan, const absl::Status& why) {
   // refused on their own end.
   if (plan.seqs.size() > 1) {
     for (const ScheduledSeq& q : plan.seqs) {
+      if (!active_.contains(q.id)) continue;  // ended meanwhile (cancelled)
       StepPlan alone;
       alone.seqs.push_back(q);
       RunStep(alone);
@@ -379,6 +440,7 @@ void Engine::Loop() {
 }
 
 bool Engine::WaitForWork(Inbox& inbox) {
+  inbox.cancels.swap(cancels_after_step_);
   absl::MutexLock lock(&mu_);
   PublishLoadLocked();
   // Sleep while there is nothing to do: no requests, and a group that
@@ -391,7 +453,9 @@ bool Engine::WaitForWork(Inbox& inbox) {
   }
   if (stop_) return false;
   inbox.fresh.swap(submitted_);
-  inbox.cancels.swap(cancelled_);
+  inbox.cancels.insert(inbox.cancels.end(), cancelled_.begin(),
+                       cancelled_.end());
+  cancelled_.clear();
   return true;
 }
 
@@ -425,6 +489,17 @@ void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
 bool Engine::EnsureGroup() {
   if (group_ != nullptr && group_->failed().ok()) return true;
   if (group_ != nullptr) RetireFailedGroup();
+  absl::Status gave_up;
+  {
+    absl::MutexLock lock(&mu_);
+    gave_up = gave_up_;
+  }
+  if (!gave_up.ok()) {  // (requests admitted since end at once)
+    EndWaiting(gave_up);
+    absl::MutexLock lock(&mu_);
+    if (!stop_) wake_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    return false;
+  }
   if (absl::Now() < next_start_) {
     // Backing off. Short sleeps (a request or a cancel also wakes it), so
     // that the loop keeps taking cancels meanwhile.
@@ -435,27 +510,23 @@ bool Engine::EnsureGroup() {
     }
     return false;
   }
-  absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group();
+  StartCancel cancel;  // for the destructor, while the group starts
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return false;
+    starting_ = &cancel;
+  }
+  absl::StatusOr<std::unique_ptr<WorkerGroup>> g = options_.start_group(cancel);
+  {
+    absl::MutexLock lock(&mu_);
+    starting_ = nullptr;
+    if (stop_) return false;  // (a group that started is stopped)
+  }
   if (!g.ok()) {
-    // Each failure in a row doubles the wait (up to max_restart_backoff): a
-    // load that cannot succeed (a bad checkpoint) is not retried every
-    // second forever, while a one-off (a worker that died) heals at once.
-    const absl::Duration wait =
-        std::min(options_.restart_backoff *
-                     (int64_t{1} << std::min(start_failures_, 30)),
-                 options_.max_restart_backoff);
-    ++start_failures_;
-    next_start_ = absl::Now() + wait;
-    if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
-    {
-      absl::MutexLock lock(&mu_);
-      queued_ = scheduler_->waiting();
-      last_failure_ = g.status();
-    }
-    if (options_.on_start_failed) options_.on_start_failed(g.status(), wait);
+    StartFailed(g.status());
     return false;
   }
-  start_failures_ = 0;
+  start_failures_ = same_failures_ = 0;
   {
     absl::MutexLock lock(&mu_);
     queued_ = scheduler_->waiting();
@@ -465,6 +536,48 @@ bool Engine::EnsureGroup() {
   }
   if (options_.on_serving) options_.on_serving(true, absl::OkStatus());
   return true;
+}
+
+void Engine::StartFailed(const absl::Status& why) {
+  const absl::Status previous = last_failure();
+  same_failures_ = start_failures_ > 0 && SameFailure(why, previous)
+                       ? same_failures_ + 1
+                       : 1;
+  // Each failure in a row doubles the wait (up to max_restart_backoff): a
+  // one-off (a worker that died) heals at once, a load that fails the
+  // same way every time ends after max_start_failures tries.
+  const absl::Duration wait = std::min(
+      options_.restart_backoff * (int64_t{1} << std::min(start_failures_, 30)),
+      options_.max_restart_backoff);
+  ++start_failures_;
+  next_start_ = absl::Now() + wait;
+  if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
+  const bool give_up = options_.max_start_failures > 0 &&
+                       same_failures_ >= options_.max_start_failures;
+  const absl::Status gave_up =
+      give_up ? absl::UnavailableError(absl::StrCat(
+                    "the model cannot be served: its workers failed to start ",
+                    same_failures_, " times in a row with: ", why.message()))
+              : absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    queued_ = scheduler_->waiting();
+    last_failure_ = why;
+    gave_up_ = gave_up;
+  }
+  if (!give_up) {
+    if (options_.on_start_failed) options_.on_start_failed(why, wait);
+    return;
+  }
+  if (options_.on_gave_up) options_.on_gave_up(gave_up);  // heard first
+  EndWaiting(gave_up);
+}
+
+void Engine::EndWaiting(const absl::Status& why) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, a] : active_) ids.push_back(id);
+  for (uint64_t id : ids) EndActive(id, why);
+  PublishLoad();
 }
 
 void Engine::RetireFailedGroup() {

@@ -9,9 +9,12 @@
 // were (Scheduler::Requeue); the client's stream just continues.
 //
 // Thread-safe: Submit, Cancel and the accessors from any thread. Callbacks
-// run on the engine's thread and must not block. While a group loads (the
-// loop waits for it), requests queue, and cancelling one or stopping the
-// engine takes effect when the load ends.
+// run on the engine's thread and must not block. While a step runs, the
+// thread still takes new requests into the queue and ends cancelled ones
+// that are not in that step (those end when it does); stopping the engine
+// cancels a step in flight. While a group loads (the loop waits for it),
+// requests queue and cancelling one takes effect when the load ends;
+// stopping the engine cancels the load.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +39,11 @@ namespace octet {
 
 struct EngineOptions {
   SchedulerOptions scheduler;
-  // A new worker group (the first, and each replacement).
-  std::function<absl::StatusOr<std::unique_ptr<WorkerGroup>>()> start_group;
+  // A new worker group (the first, and each replacement), to be started
+  // with `cancel` (WorkerGroup::Start), which the engine's destructor uses.
+  std::function<absl::StatusOr<std::unique_ptr<WorkerGroup>>(
+      StartCancel& cancel)>
+      start_group;
   // Decodes each request's generated ids into text (and so checks stop
   // strings); null: token ids only. Must outlive the engine.
   const Tokenizer* tokenizer = nullptr;
@@ -50,6 +56,14 @@ struct EngineOptions {
   // the engine waits before the next try (for the log).
   std::function<void(const absl::Status& why, absl::Duration retry_in)>
       on_start_failed;
+  // A group that fails to start this many times in a row with the same
+  // error, numbers aside (a load that cannot succeed: a broken checkpoint, too
+  // little memory) is not tried again: the engine gives up -- its requests end
+  // UNAVAILABLE with that error, new ones are refused with it -- and tells
+  // on_gave_up (the coordinator exits, for its supervisor to see). 0: it
+  // tries for ever. A group that served and then failed is always replaced.
+  int max_start_failures = 0;
+  std::function<void(const absl::Status& why)> on_gave_up;
   // A request running when its worker group fails is resumed on the next
   // one, exactly where it was; after this many failed groups it ends with
   // UNAVAILABLE instead (it may be what brings them down).
@@ -114,6 +128,8 @@ class Engine {
   bool serving() const;
   // Why the last group failed or did not start (OK if none did).
   absl::Status last_failure() const;
+  // Whether the engine gave up starting groups (see max_start_failures).
+  bool gave_up() const;
   // What the last loaded group computes activations in (e.g. bfloat16);
   // empty before one loaded.
   std::string activation_dtype() const;
@@ -138,6 +154,10 @@ class Engine {
   // Replaces a failed (or not yet started) group; what it was running
   // ends, the queue waits. False when no group could be started.
   bool EnsureGroup();
+  // A group did not start: back off, or give up (max_start_failures).
+  void StartFailed(const absl::Status& why);
+  // Gave up: the requests waiting for a group end with `why`.
+  void EndWaiting(const absl::Status& why);
   void RetireFailedGroup();  // NOT_SERVING, its running requests requeued
   // The running requests back to the queue (or ended, past
   // max_group_failures), with `why` they stopped.
@@ -149,6 +169,12 @@ class Engine {
   void PublishLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one step of the plan (a failed group shows in group_->failed()).
   void RunStep(const StepPlan& plan);
+  // While the workers compute `plan`: new requests are admitted, cancels
+  // of the others applied (those of the plan's own wait for its end), and
+  // a stopping engine cuts the step short.
+  void WhileStepRuns(const StepPlan& plan);
+  // The group's state of ended sequences, freed after the step in flight.
+  void FreeOnWorkers(std::vector<uint64_t> ids);
   // A step the workers refused as malformed: its sequences run again one
   // by one, and those refused alone end (INTERNAL) and are freed.
   void RefusedStep(const StepPlan& plan, const absl::Status& why);
@@ -165,13 +191,21 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<WorkerGroup> group_;  // engine thread only
   uint64_t steps_ = 0;                  // engine thread only
+  bool in_step_ = false;                // engine thread only
+  // Ended during a step: freed on the workers once it is over (engine
+  // thread only); and cancels that wait for the step's end.
+  std::vector<uint64_t> free_after_step_;
+  std::vector<uint64_t> cancels_after_step_;
   int start_failures_ = 0;  // groups that failed to start in a row (engine)
+  int same_failures_ = 0;   // of them, ending with the last one's error
   absl::Time next_start_ = absl::InfinitePast();  // engine thread only
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  StartCancel* starting_ ABSL_GUARDED_BY(mu_) = nullptr;  // while one starts
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status gave_up_ ABSL_GUARDED_BY(mu_);    // why, once it gave up
   int64_t unfinished_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet ended
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_failure_ ABSL_GUARDED_BY(mu_);

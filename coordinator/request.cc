@@ -39,6 +39,17 @@ absl::Status CheckPrompt(const v1::GenerateRequest& r,
                        "cannot be used: this model has no tokenizer (send "
                        "input.token_ids)");
       }
+      // Before tokenizing it: a text too long to fit, whatever its tokens.
+      if (const int64_t fit = limits.max_context * limits.max_token_bytes;
+          limits.max_token_bytes > 0 &&
+          static_cast<int64_t>(r.text().size()) > fit) {
+        return Invalid(
+            "input.text",
+            absl::StrCat("is ", r.text().size(), " bytes: the context holds ",
+                         limits.max_context, " tokens of at most ",
+                         limits.max_token_bytes, " bytes, ", fit,
+                         " bytes of text"));
+      }
       for (int64_t id : encode(r.text())) {
         prompt->push_back(static_cast<int32_t>(id));
       }

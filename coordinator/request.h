@@ -21,6 +21,10 @@ struct ModelLimits {
   // Tokens of context one sequence may hold: prompt plus completion.
   int64_t max_context = 0;
   std::vector<int32_t> eos_ids;  // the model's end-of-sequence tokens
+  // The most bytes one token of the tokenizer stands for (0: no tokenizer):
+  // a text longer than max_context of them cannot fit and is refused
+  // before it is tokenized (Tokenizer::max_token_bytes).
+  int64_t max_token_bytes = 0;
 };
 
 // Limits on a request's size, so that no request can ask for unbounded work

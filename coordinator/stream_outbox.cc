@@ -6,8 +6,14 @@
 
 namespace octet {
 
-void StreamOutbox::Add(const Delta& delta, const Outcome* outcome) {
+StreamOutbox::Action StreamOutbox::Add(const Delta& delta,
+                                       const Outcome* outcome) {
   absl::MutexLock lock(&mu_);
+  AddLocked(delta, outcome);
+  return NextLocked();
+}
+
+void StreamOutbox::AddLocked(const Delta& delta, const Outcome* outcome) {
   if (done_) return;  // nothing follows the end
   if (outcome != nullptr) {
     done_ = true;
@@ -25,17 +31,22 @@ void StreamOutbox::Add(const Delta& delta, const Outcome* outcome) {
   if (outcome != nullptr) SetOutcome(*outcome, &m);
 }
 
-void StreamOutbox::WriteDone(bool ok) {
+StreamOutbox::Action StreamOutbox::WriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
   writing_ = false;
   if (!ok) {
     broken_ = true;
     pending_.clear();
   }
+  return NextLocked();
 }
 
 StreamOutbox::Action StreamOutbox::Next() {
   absl::MutexLock lock(&mu_);
+  return NextLocked();
+}
+
+StreamOutbox::Action StreamOutbox::NextLocked() {
   Action a;
   if (writing_ || finished_) return a;
   if (!pending_.empty()) {

@@ -37,14 +37,22 @@ class StreamOutbox {
 
   // New output of the request; with `outcome`, the last (how it ended).
   // Output that comes while a message is being written joins the next one.
-  void Add(const Delta& delta, const Outcome* outcome);
-  // The write Next() started has completed; false: the stream is broken.
-  void WriteDone(bool ok);
+  // Returns what to do now, decided under the same lock: once the end is
+  // in, another thread may finish the call (and so delete the reactor)
+  // the moment the lock is released, so the caller must not come back.
+  Action Add(const Delta& delta, const Outcome* outcome);
+  // The write that was started has completed; false: the stream is
+  // broken. Returns what to do now, as Add does.
+  Action WriteDone(bool ok);
   // What to do now: start a write, finish the call (once), or nothing
   // (a write is in flight, or the engine has more to say).
   Action Next();
 
  private:
+  void AddLocked(const Delta& delta, const Outcome* outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Action NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string request_id_;
   absl::Mutex mu_;
   std::deque<v1::GenerateStreamResponse> pending_ ABSL_GUARDED_BY(mu_);

@@ -11,7 +11,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "kernels/status_macros.h"
 #include "parallel/bearer_token.h"
@@ -37,8 +36,29 @@ std::string ExitText(int status) {
 
 }  // namespace
 
+void StartCancel::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (group_ != nullptr) {
+    group_->Abort(
+        absl::CancelledError("the worker group's start was cancelled"));
+  }
+}
+
+bool StartCancel::Attach(WorkerGroup* group) {
+  absl::MutexLock lock(&mu_);
+  group_ = group;
+  return !cancelled_;
+}
+
+void StartCancel::Detach() {
+  absl::MutexLock lock(&mu_);
+  group_ = nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
-    const WorkerGroupOptions& options, const Progress& progress) {
+    const WorkerGroupOptions& options, const Progress& progress,
+    StartCancel* cancel) {
   if (options.tp < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker group: tp must be at least 1, got ", options.tp));
@@ -59,20 +79,27 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
   std::string store_token = options.token;
   if (effective.remote.empty()) {
     effective.token.clear();
+    effective.tls = {};
     effective.rendezvous_listen = "127.0.0.1:0";
     effective.rendezvous_host.clear();
     store_token = NewBearerToken();
     effective.load.set_rendezvous_token(store_token);
   }
   std::unique_ptr<WorkerGroup> g(new WorkerGroup(effective));
-  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
-                         RendezvousServer::Start(effective.rendezvous_listen,
-                                                 &g->store_, store_token));
+  OCTET_ASSIGN_OR_RETURN(
+      std::unique_ptr<RendezvousServer> server,
+      RendezvousServer::Start(effective.rendezvous_listen, &g->store_,
+                              store_token, effective.tls));
   g->rendezvous_ = std::move(server);
+  if (cancel != nullptr && !cancel->Attach(g.get())) {
+    return absl::CancelledError("the worker group's start was cancelled");
+  }
   absl::Status s =
       options.remote.empty() ? g->Spawn() : g->Connect(options.remote);
   if (s.ok()) s = g->LoadAll(progress);
-  if (!s.ok()) return s;  // the destructor stops what was spawned
+  if (cancel != nullptr) cancel->Detach();
+  if (s.ok()) s = g->failed();  // (cancelled at the last moment)
+  if (!s.ok()) return s;        // the destructor stops what was spawned
   for (int r = 0; r < g->size(); ++r) {
     g->watchdogs_.emplace_back(&WorkerGroup::Watch, g.get(), r);
   }
@@ -80,7 +107,11 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(
 }
 
 WorkerGroup::~WorkerGroup() {
-  stop_ = true;
+  {
+    absl::MutexLock lock(&mu_);  // a health check in flight ends at once
+    stop_ = true;
+    for (grpc::ClientContext* c : health_checks_) c->TryCancel();
+  }
   for (std::thread& t : watchdogs_) t.join();
   // Ask spawned workers to stop; those still there after 2 s are killed.
   // (waitpid first: a worker the watchdog reaped must not be signalled, its
@@ -143,25 +174,37 @@ absl::Status WorkerGroup::Connect(const std::vector<std::string>& targets) {
   args.SetMaxSendMessageSize(256 << 20);
   for (size_t r = 0; r < targets.size(); ++r) {
     auto channel = grpc::CreateCustomChannel(
-        targets[r], grpc::InsecureChannelCredentials(), args);
+        targets[r], TlsChannelCredentials(options_.tls), args);
     const absl::Time deadline = absl::Now() + options_.start_timeout;
     // In slices, so that a spawned worker that exits is seen at once.
     while (!channel->WaitForConnected(After(absl::Milliseconds(200)))) {
+      if (absl::Status f = failed(); !f.ok()) return f;  // cancelled
       int status = 0;
       if (r < pids_.size() && waitpid(pids_[r], &status, WNOHANG) == pids_[r]) {
-        return absl::UnavailableError(
-            absl::StrCat("worker rank ", r, " ended (", ExitText(status),
-                         ") before it listened on ", targets[r]));
+        // (Not naming its socket: a private path that differs each time
+        // would make every failure look new; see EngineOptions.)
+        return absl::UnavailableError(absl::StrCat("worker rank ", r,
+                                                   " ended (", ExitText(status),
+                                                   ") before it listened"));
       }
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "worker rank ", r, " at ", targets[r], " did not answer within ",
-            absl::FormatDuration(options_.start_timeout)));
+            absl::FormatDuration(options_.start_timeout), ConnectHint()));
       }
     }
     stubs_.push_back(rpc::Worker::NewStub(channel));
   }
   return absl::OkStatus();
+}
+
+std::string WorkerGroup::ConnectHint() const {
+  if (options_.remote.empty()) return "";
+  // A TLS handshake that fails looks like a worker that does not answer.
+  return options_.tls.ca.empty()
+             ? " (plaintext: a worker that takes only TLS never answers it)"
+             : " over TLS (is its certificate signed by the CA given, naming "
+               "the host dialled, and does it take this coordinator's?)";
 }
 
 std::string WorkerGroup::RendezvousAddress() const {
@@ -183,8 +226,13 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
   std::random_device random;
   const std::string group = absl::StrCat("octet-", random(), random());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  for (int r = 0; r < size(); ++r) {
-    contexts.push_back(Context(options_.load_timeout));
+  {
+    absl::MutexLock lock(&mu_);  // cancelled by Abort, as a step's are
+    if (!failed_.ok()) return failed_;
+    for (int r = 0; r < size(); ++r) {
+      contexts.push_back(Context(options_.load_timeout));
+      in_flight_.push_back(contexts.back().get());
+    }
   }
   std::vector<absl::Status> statuses(size());
   std::vector<std::thread> threads;
@@ -212,6 +260,11 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
     });
   }
   for (std::thread& t : threads) t.join();
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_.clear();
+    if (!failed_.ok()) return failed_;  // aborted: the reason, not CANCELLED
+  }
   // The first failure that is not the cancellation it caused.
   for (int r = 0; r < size(); ++r) {
     if (!statuses[r].ok() &&
@@ -228,7 +281,8 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
 }
 
 absl::StatusOr<rpc::StepResponse> WorkerGroup::Step(
-    const rpc::StepRequest& request) {
+    const rpc::StepRequest& request,
+    const std::function<void()>& while_waiting) {
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   {
     absl::MutexLock lock(&mu_);
@@ -241,15 +295,29 @@ absl::StatusOr<rpc::StepResponse> WorkerGroup::Step(
   // Sent to every rank at once (gRPC's callback API: no thread per rank).
   std::vector<rpc::StepResponse> responses(size());
   std::vector<grpc::Status> statuses(size());
-  absl::BlockingCounter pending(size());
+  absl::Mutex answers_mu;
+  int pending = size();
   for (int r = 0; r < size(); ++r) {
     stubs_[r]->async()->Step(contexts[r].get(), &request, &responses[r],
-                             [&statuses, &pending, r](grpc::Status s) {
+                             [&, r](grpc::Status s) {
+                               absl::MutexLock lock(&answers_mu);
                                statuses[r] = std::move(s);
-                               pending.DecrementCount();
+                               --pending;
                              });
   }
-  pending.Wait();
+  const auto all_in = [&pending]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(answers_mu) {
+    return pending == 0;
+  };
+  for (;;) {
+    {
+      absl::MutexLock lock(&answers_mu);
+      if (answers_mu.AwaitWithTimeout(absl::Condition(&all_in),
+                                      absl::Milliseconds(50))) {
+        break;
+      }
+    }
+    if (while_waiting) while_waiting();
+  }
   {
     absl::MutexLock lock(&mu_);
     in_flight_.clear();
@@ -261,8 +329,13 @@ absl::StatusOr<rpc::StepResponse> WorkerGroup::Step(
     if (statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       return FromGrpc(statuses[r]);
     }
-    Fail(absl::UnavailableError(absl::StrCat(
-        "worker rank ", r, " failed a step: ", statuses[r].error_message())));
+    Abort(absl::UnavailableError(
+        statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+            ? absl::StrCat("worker rank ", r, " did not finish step ",
+                           request.step(), " within the step timeout (",
+                           absl::FormatDuration(options_.step_timeout), ")")
+            : absl::StrCat("worker rank ", r,
+                           " failed a step: ", statuses[r].error_message())));
   }
   absl::Status s = failed();
   if (!s.ok()) return s;
@@ -284,7 +357,7 @@ absl::Status WorkerGroup::failed() const {
   return failed_;
 }
 
-void WorkerGroup::Fail(const absl::Status& why) {
+void WorkerGroup::Abort(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (failed_.ok()) failed_ = absl::UnavailableError(why.message());
   for (grpc::ClientContext* c : in_flight_) c->TryCancel();
@@ -297,7 +370,7 @@ void WorkerGroup::Watch(int rank) {
       int status = 0;
       if (static_cast<size_t>(rank) < pids_.size() &&
           waitpid(pids_[rank], &status, WNOHANG) == pids_[rank]) {
-        Fail(absl::UnavailableError(
+        Abort(absl::UnavailableError(
             absl::StrCat("worker rank ", rank, " (pid ", pids_[rank],
                          ") ended: ", ExitText(status))));
         return;
@@ -305,10 +378,20 @@ void WorkerGroup::Watch(int rank) {
     }
     if (stop_) return;
     auto context = Context(options_.health_timeout);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      health_checks_.push_back(context.get());
+    }
     rpc::HealthResponse health;
     const grpc::Status s = stubs_[rank]->Health(context.get(), {}, &health);
+    {
+      absl::MutexLock lock(&mu_);
+      std::erase(health_checks_, context.get());
+    }
+    if (stop_) return;
     if (!s.ok() || !health.loaded()) {
-      Fail(absl::UnavailableError(absl::StrCat(
+      Abort(absl::UnavailableError(absl::StrCat(
           "worker rank ", rank, " did not answer its health check within ",
           absl::FormatDuration(options_.health_timeout), ": ",
           s.ok() ? "not loaded" : s.error_message())));

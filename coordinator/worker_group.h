@@ -40,6 +40,13 @@ struct WorkerGroupOptions {
   // spawned), with their shared token.
   std::vector<std::string> remote;
   std::string token;
+  // The link to remote workers over TLS (parallel/tls.h), when `tls.ca` is
+  // set: the workers' certificates must be signed by `tls.ca` and name the
+  // host dialled; `cert_chain` identifies this coordinator to them and
+  // serves the rendezvous store, which then takes only workers with a
+  // certificate `tls.ca` signed. Empty: plaintext. Spawned workers never
+  // use it (private Unix sockets, a loopback store).
+  TlsConfig tls;
   // Where remote workers reach the rendezvous store (which then requires
   // the token): HOST:PORT on this machine, port 0 picking one. A wildcard
   // host (0.0.0.0) is sent as such; each worker dials the address its Load
@@ -57,6 +64,25 @@ struct WorkerGroupOptions {
   absl::Duration health_timeout = absl::Seconds(2);
 };
 
+class WorkerGroup;
+
+// Stops a worker group's start from another thread (the engine, when it
+// is stopping): the start ends at once with CANCELLED, its calls to the
+// workers cancelled and its spawned workers stopped. Thread-safe.
+class StartCancel {
+ public:
+  void Cancel();
+
+ private:
+  friend class WorkerGroup;
+  // The group being started, while it is (false: already cancelled).
+  bool Attach(WorkerGroup* group);
+  void Detach();
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  WorkerGroup* group_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 class WorkerGroup {
  public:
   // Load progress of each rank, as it comes (from the loading threads).
@@ -64,21 +90,30 @@ class WorkerGroup {
       std::function<void(int rank, const internal::v1::LoadProgress&)>;
 
   // Starts (or connects to) every rank and loads the model; the first
-  // failure, naming the rank, if any does not come up or load.
+  // failure, naming the rank, if any does not come up or load. `cancel`
+  // (optional) can stop it meanwhile.
   static absl::StatusOr<std::unique_ptr<WorkerGroup>> Start(
-      const WorkerGroupOptions& options, const Progress& progress);
+      const WorkerGroupOptions& options, const Progress& progress,
+      StartCancel* cancel = nullptr);
   ~WorkerGroup();  // stops spawned workers
 
   // One step on every rank: rank 0's answer (the sampled tokens).
-  // UNAVAILABLE once the group has failed (see above).
+  // UNAVAILABLE once the group has failed (see above), or when a rank does
+  // not answer within step_timeout. While the ranks compute, `while_waiting`
+  // (if any) runs on this thread every 50 ms: the caller's chance to take
+  // other work meanwhile.
   absl::StatusOr<internal::v1::StepResponse> Step(
-      const internal::v1::StepRequest& request);
+      const internal::v1::StepRequest& request,
+      const std::function<void()>& while_waiting = nullptr);
   absl::Status Free(const std::vector<uint64_t>& seq_ids);
 
   // What rank 0 computes activations in, as its Load said (e.g. float32).
   const std::string& activation_dtype() const { return activation_dtype_; }
   // Why the group failed; OK while it serves.
   absl::Status failed() const;
+  // Fails the group now (the first reason stays) and cancels the calls in
+  // flight: a step waiting on a stuck rank returns at once. Thread-safe.
+  void Abort(const absl::Status& why);
   int size() const { return static_cast<int>(stubs_.size()); }
   // Spawned workers' process ids (empty for remote workers).
   std::vector<pid_t> pids() const { return pids_; }
@@ -93,9 +128,8 @@ class WorkerGroup {
   absl::Status Connect(const std::vector<std::string>& targets);
   absl::Status LoadAll(const Progress& progress);
   void Watch(int rank);
-  // Marks the group failed (the first reason stays) and cancels the calls
-  // in flight.
-  void Fail(const absl::Status& why);
+  // Why a remote worker may not answer, for the message that says so.
+  std::string ConnectHint() const;
   // The store's address as the workers are told it.
   std::string RendezvousAddress() const;
   // A context for a call to a worker, with the token and a deadline.
@@ -113,6 +147,7 @@ class WorkerGroup {
   mutable absl::Mutex mu_;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<grpc::ClientContext*> health_checks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace octet

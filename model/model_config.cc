@@ -1,6 +1,9 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <limits>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -344,6 +347,50 @@ absl::Status CheckTensorParallelSplit(const ModelConfig& c, int size) {
         " tensor-parallel ranks: one must divide the other"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// a * b * ..., saturating at INT64_MAX (the factors are >= 0).
+int64_t SaturatingProduct(std::initializer_list<int64_t> factors) {
+  int64_t out = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(out, f, &out)) {
+      return std::numeric_limits<int64_t>::max();
+    }
+  }
+  return out;
+}
+
+int64_t SaturatingSum(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out)
+             ? std::numeric_limits<int64_t>::max()
+             : out;
+}
+
+}  // namespace
+
+int64_t MemoryNeed::total() const { return SaturatingSum(weights, kv_cache); }
+
+MemoryNeed LeastMemoryNeed(const ModelConfig& c, int tp, int weight_bytes,
+                           int64_t kv_tokens) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  // q, k, v, o and the MLP's gate, up and down, per layer.
+  const int64_t per_layer = c.hidden_size * (2 * q + 2 * kv) +
+                            3 * c.hidden_size * c.intermediate_size;
+  int64_t linear = SaturatingProduct({per_layer, c.num_layers});
+  if (!c.tie_word_embeddings) {  // lm_head
+    linear = SaturatingSum(linear, c.vocab_size * c.hidden_size);
+  }
+  MemoryNeed need;
+  need.weights = SaturatingSum(SaturatingProduct({linear, weight_bytes}),
+                               c.vocab_size * c.hidden_size * 2);
+  // KV heads per rank: a share, or one (replicated) when ranks outnumber them.
+  const int64_t heads = std::max<int64_t>(1, c.num_kv_heads / tp);
+  need.kv_cache = SaturatingProduct(
+      {tp, kv_tokens, c.num_layers, 2, heads, c.head_dim, 2});
+  return need;
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {

@@ -66,6 +66,21 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 // alone, so the coordinator checks it before any worker starts.
 absl::Status CheckTensorParallelSplit(const ModelConfig& config, int size);
 
+// The least memory a model's workers need, all ranks together, known from
+// config.json and the serving flags alone: the linear layers' weights at
+// `weight_bytes` a parameter (1 for FP8), the embedding at 2, and on every
+// rank a KV cache of `kv_tokens` slots at 2 bytes a value (the narrowest
+// activation type). A lower bound: norms, activations, scratch and the
+// runtime come on top, and CPU ranks keep wider types. Bytes, saturating
+// at INT64_MAX.
+struct MemoryNeed {
+  int64_t weights = 0;
+  int64_t kv_cache = 0;
+  int64_t total() const;
+};
+MemoryNeed LeastMemoryNeed(const ModelConfig& config, int tp,
+                           int weight_bytes, int64_t kv_tokens);
+
 // config.json text for `config` (what make-model and quantize write).
 std::string ModelConfigToJson(const ModelConfig& config);
 

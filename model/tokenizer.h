@@ -40,10 +40,15 @@ class Tokenizer {
   int64_t vocab_size() const;
   int64_t bos_id() const;  // -1 when none
   int64_t eos_id() const;
+  // The most bytes of text one token stands for (a word piece's, plus the
+  // space SentencePiece strips in front of it): a text of N bytes has at
+  // least N / max_token_bytes() tokens, known without encoding it.
+  int64_t max_token_bytes() const { return max_token_bytes_; }
 
  private:
   explicit Tokenizer(std::unique_ptr<sp_bridge::Processor> p);
   std::unique_ptr<sp_bridge::Processor> processor_;
+  int64_t max_token_bytes_ = 1;
 };
 
 // The tokenizer of the checkpoint in `dir` whose config.json is `config`:

@@ -131,8 +131,8 @@ RendezvousServer::~RendezvousServer() {
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
-    const std::string& address, KeyValueStore* store,
-    const std::string& token) {
+    const std::string& address, KeyValueStore* store, const std::string& token,
+    const TlsConfig& tls) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(
@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   auto impl = std::make_unique<Impl>(store, token);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, TlsServerCredentials(tls), &port);
   builder.RegisterService(&impl->service);
   builder.SetMaxReceiveMessageSize(1 << 20);
   impl->server = builder.BuildAndStart();
@@ -157,10 +157,11 @@ struct GrpcStore::Impl {
   std::unique_ptr<rpc::Rendezvous::Stub> stub;
 };
 
-GrpcStore::GrpcStore(const std::string& address, std::string token)
+GrpcStore::GrpcStore(const std::string& address, std::string token,
+                     const TlsConfig& tls)
     : impl_(std::make_unique<Impl>()), token_(std::move(token)) {
   impl_->stub = rpc::Rendezvous::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, TlsChannelCredentials(tls)));
 }
 
 GrpcStore::~GrpcStore() = default;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "parallel/tls.h"
 
 namespace octet {
 
@@ -51,10 +52,12 @@ class RendezvousServer {
  public:
   // Listens on `address` ("host:port"; port 0 picks a free one) and serves
   // `store`, which must outlive the server. With a `token`, only calls that
-  // carry it are served (parallel/bearer_token.h).
+  // carry it are served (parallel/bearer_token.h). With `tls` (its
+  // cert_chain set: parallel/tls.h), only over TLS, and with `tls.ca` only
+  // to clients with a certificate it signed.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
       const std::string& address, KeyValueStore* store,
-      const std::string& token = "");
+      const std::string& token = "", const TlsConfig& tls = {});
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
@@ -74,8 +77,10 @@ class RendezvousServer {
 // the coordinator listens.
 class GrpcStore : public KeyValueStore {
  public:
-  // `token`: the server's token, if it has one.
-  explicit GrpcStore(const std::string& address, std::string token = "");
+  // `token`: the server's token, if it has one. `tls`: TLS verified by its
+  // ca, when set (parallel/tls.h); plaintext otherwise.
+  explicit GrpcStore(const std::string& address, std::string token = "",
+                     const TlsConfig& tls = {});
   ~GrpcStore() override;
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,24 @@ class Child {
  private:
   pid_t pid_;
 };
+
+// Processes whose parent is `parent` (e.g. a coordinator's workers).
+inline std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(e.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) == 0) {
+        if (std::stoi(line.substr(5)) == parent) out.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return out;
+}
 
 // Starts every command (argv[0] is the program path) at once and waits for
 // all: the exit codes in order, 128 for a death by signal, -1 for one still

@@ -9,6 +9,8 @@
 //                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
 //   octet generate --server HOST:PORT (--prompt TEXT | --prompt_ids ...)
 //                  [--stream] [the sampling flags above]
+//                  [--tls_ca PEM [--tls_cert PEM --tls_key PEM]
+//                   [--tls_server_name NAME]]
 //
 // A bad flag value or a missing argument prints one line and exits with
 // status 2; a failure while working prints the error and exits with 1.
@@ -34,6 +36,7 @@
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "octet/v1/generation.grpc.pb.h"
+#include "parallel/tls.h"
 #include "tools/fp8_export.h"
 #include "worker/backends.h"
 #include "worker/generator.h"
@@ -75,6 +78,17 @@ ABSL_FLAG(std::string, server, "",
           "the model here");
 ABSL_FLAG(bool, stream, false,
           "generate --server: print the text as the tokens arrive");
+ABSL_FLAG(std::string, tls_ca, "",
+          "generate --server: talk TLS, verifying the server with these PEM "
+          "CA certificate(s) (/etc/ssl/certs/ca-certificates.crt for a "
+          "public CA)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "generate --server --tls_ca: this client's PEM certificate, for a "
+          "server that requires one (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "generate --server --tls_ca: the name the server's certificate "
+          "must carry, when it is not the --server host (a port-forward)");
 
 namespace octet {
 namespace {
@@ -241,12 +255,45 @@ RemoteOutcome GenerateUnary(v1::Generation::Stub& stub,
   return out;
 }
 
+// Whether any TLS flag is set (they apply to --server only).
+bool AnyTlsFlag() {
+  return !absl::GetFlag(FLAGS_tls_ca).empty() ||
+         !absl::GetFlag(FLAGS_tls_cert).empty() ||
+         !absl::GetFlag(FLAGS_tls_key).empty() ||
+         !absl::GetFlag(FLAGS_tls_server_name).empty();
+}
+
+// The channel to --server: TLS with --tls_ca (presenting --tls_cert when
+// given), plaintext without. A bad TLS flag is a usage error.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ServerChannel(
+    const std::string& server) {
+  TlsConfig tls;
+  OCTET_RETURN_IF_ERROR(
+      ReadTlsIdentity("tls_cert", absl::GetFlag(FLAGS_tls_cert), "tls_key",
+                      absl::GetFlag(FLAGS_tls_key), TlsRole::kClient, tls));
+  const std::string ca = absl::GetFlag(FLAGS_tls_ca);
+  const std::string name = absl::GetFlag(FLAGS_tls_server_name);
+  if (ca.empty()) {
+    if (AnyTlsFlag()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert, --tls_key and --tls_server_name need --tls_ca");
+    }
+    return grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  }
+  OCTET_ASSIGN_OR_RETURN(tls.ca, ReadTlsCertificates("tls_ca", ca));
+  grpc::ChannelArguments args;
+  if (!name.empty()) args.SetSslTargetNameOverride(name);
+  return grpc::CreateCustomChannel(server, TlsChannelCredentials(tls), args);
+}
+
 // generate --server: the same request through a coordinator's public API.
 int GenerateRemote(const std::string& server) {
   const absl::StatusOr<v1::GenerateRequest> request = RemoteRequestFromFlags();
   if (!request.ok()) return UsageError(std::string(request.status().message()));
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      ServerChannel(server);
+  if (!channel.ok()) return UsageError(std::string(channel.status().message()));
+  auto stub = v1::Generation::NewStub(*channel);
   const RemoteOutcome out = absl::GetFlag(FLAGS_stream)
                                 ? GenerateStreaming(*stub, *request)
                                 : GenerateUnary(*stub, *request);
@@ -462,6 +509,11 @@ int Generate() {
   if (const std::string server = absl::GetFlag(FLAGS_server); !server.empty()) {
     return GenerateRemote(server);
   }
+  if (AnyTlsFlag()) {
+    return UsageError(
+        "--tls_ca, --tls_cert, --tls_key and --tls_server_name "
+        "apply to generate --server");
+  }
   absl::StatusOr<GenerateFlags> flags = ReadGenerateFlags();
   if (!flags.ok()) return UsageError(std::string(flags.status().message()));
   absl::StatusOr<LoadedModel> loaded = LoadForGenerate(&*flags);
@@ -483,8 +535,9 @@ int Main(int argc, char** argv) {
       "  octet generate --model DIR [--quantization none|fp8] --prompt TEXT "
       "[--max_tokens N]\n"
       "      generates on one rank, in this process, and prints the text\n"
-      "  octet generate --server HOST:PORT --prompt TEXT [--stream]\n"
-      "      asks a running coordinator instead"));
+      "  octet generate --server HOST:PORT --prompt TEXT [--stream] "
+      "[--tls_ca PEM]\n"
+      "      asks a running coordinator instead (over TLS with --tls_ca)"));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(

@@ -11,7 +11,13 @@
 // as the peers would; 127.0.0.1 on a Unix socket).
 //
 // The model is loaded when the coordinator sends Load. A TCP address needs
-// --token_file: the group's shared token, which every call must carry. A
+// --token_file: the group's shared token, which every call must carry.
+// With --tls_cert, --tls_key and --tls_ca it takes only mutual TLS: the
+// coordinator must present a certificate --tls_ca signed, and this worker
+// reaches the rendezvous store over TLS too, verified by --tls_ca, with its
+// own certificate (which must allow serverAuth and clientAuth). Without
+// them the token crosses the network in clear text. --health_port serves
+// grpc.health.v1 alone, in plaintext, for probes that cannot do TLS. A
 // coordinator that spawns it passes --parent_pid, and it ends with that
 // process.
 // Ends on SIGTERM or SIGINT (exit code 0), or when its group fails in a
@@ -22,6 +28,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -33,6 +40,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/file_util.h"
+#include "parallel/tls.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(
@@ -43,6 +51,17 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(int, parent_pid, 0,
           "the coordinator that spawned this worker: it ends when that "
           "process does (0: started some other way)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this worker: with --tls_key and "
+          "--tls_ca, a TCP --listen takes mutual TLS only");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificate(s) of the CA that signed the coordinator's "
+          "certificate: it must present one, and the rendezvous store is "
+          "verified by it");
+ABSL_FLAG(int32_t, health_port, 0,
+          "also serve grpc.health.v1 alone, in plaintext, on this port (for "
+          "probes that cannot do TLS); 0: none");
 ABSL_FLAG(std::string, host, "",
           "address the other ranks reach this one at, for Gloo collectives "
           "(default: the --listen host, or this machine's host name when "
@@ -50,7 +69,11 @@ ABSL_FLAG(std::string, host, "",
 
 namespace {
 
-volatile std::sig_atomic_t stop_signal = 0;
+// Set by the signal handlers and by a gRPC thread (on_group_failed), read
+// by main: an atomic, not a volatile sig_atomic_t, which is for one thread
+// and its handlers only (TSan found the race). Lock-free, so signal-safe.
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 void OnSignal(int sig) { stop_signal = sig; }
 
 int Fail(const std::string& message) {
@@ -72,6 +95,35 @@ std::string CollectiveHost(const std::string& listen) {
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
   return name;
+}
+
+// --tls_cert, --tls_key and --tls_ca: all three (a TCP --listen only) or
+// none.
+absl::Status ReadTlsFlags(const std::string& listen, octet::TlsConfig& tls) {
+  const std::string ca = absl::GetFlag(FLAGS_tls_ca);
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  if (ca.empty() && cert.empty() && key.empty()) return absl::OkStatus();
+  if (absl::StartsWith(listen, "unix:")) {
+    return absl::InvalidArgumentError(
+        "--tls_cert, --tls_key and --tls_ca apply to a TCP --listen (a Unix "
+        "socket is private to this machine)");
+  }
+  if (absl::Status s =
+          octet::ReadTlsIdentity("tls_cert", cert, "tls_key", key,
+                                 octet::TlsRole::kServerAndClient, tls);
+      !s.ok()) {
+    return s;
+  }
+  if (cert.empty() || ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key need --tls_ca, and --tls_ca needs them (the "
+        "worker link is mutual TLS)");
+  }
+  absl::StatusOr<std::string> roots = octet::ReadTlsCertificates("tls_ca", ca);
+  if (!roots.ok()) return roots.status();
+  tls.ca = *std::move(roots);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -106,6 +158,18 @@ int main(int argc, char** argv) {
     return Fail("a TCP address (--listen " + listen +
                 ") needs --token_file: the group's shared token");
   }
+  if (absl::Status s = ReadTlsFlags(listen, options.tls); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < 0 || health_port > 65535) {
+    return Fail(absl::StrCat("--health_port ", health_port, " is not a port"));
+  }
+  if (!absl::StartsWith(listen, "unix:") && options.tls.ca.empty()) {
+    std::fprintf(stderr,
+                 "worker: no TLS (--tls_cert, --tls_key, --tls_ca): the "
+                 "group's token crosses the network in clear text\n");
+  }
   // A broken or replaced group ends this process (exit code 1) once the
   // answer saying so is on its way.
   options.on_group_failed = [] { stop_signal = -1; };
@@ -118,12 +182,20 @@ int main(int argc, char** argv) {
   // coordinator's Health call.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(listen, octet::TlsServerCredentials(options.tls));
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return Fail("cannot listen on " + listen);
-  std::fprintf(stderr, "worker: listening on %s\n", listen.c_str());
+  std::fprintf(stderr, "worker: listening on %s%s\n", listen.c_str(),
+               options.tls.ca.empty() ? "" : " (mutual TLS)");
+  std::unique_ptr<octet::HealthOnlyServer> health;
+  if (health_port != 0) {
+    absl::StatusOr<std::unique_ptr<octet::HealthOnlyServer>> h =
+        octet::HealthOnlyServer::Start(health_port);
+    if (!h.ok()) return Fail(std::string(h.status().message()));
+    health = *std::move(h);
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (stop_signal == 0) {
@@ -136,5 +208,6 @@ int main(int argc, char** argv) {
                  static_cast<int>(stop_signal));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  health.reset();
   return stop_signal == -1 ? 1 : 0;
 }

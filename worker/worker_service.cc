@@ -185,9 +185,10 @@ grpc::Status WorkerService::Load(
       OCTET_ASSIGN_OR_RETURN(
           const std::string target,
           RendezvousTarget(r.rendezvous_address(), context->peer()));
-      GrpcStore store(target, r.rendezvous_token().empty()
-                                  ? options_.token
-                                  : r.rendezvous_token());
+      GrpcStore store(
+          target,
+          r.rendezvous_token().empty() ? options_.token : r.rendezvous_token(),
+          options_.tls);
       const absl::Duration timeout =
           r.collective_timeout_ms() > 0
               ? absl::Milliseconds(r.collective_timeout_ms())

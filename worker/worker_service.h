@@ -19,9 +19,10 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
+#include "model/checkpoint.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
 #include "parallel/communicator.h"
-#include "model/checkpoint.h"
+#include "parallel/tls.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
 
@@ -31,6 +32,10 @@ struct WorkerServiceOptions {
   // When not empty, every call must carry "authorization: Bearer <token>"
   // (remote workers); empty for workers on a Unix socket.
   std::string token;
+  // How this rank reaches the coordinator's rendezvous store: over TLS when
+  // `tls.ca` is set (parallel/tls.h; its certificate, if any, presented),
+  // plaintext otherwise (spawned workers: a loopback store).
+  TlsConfig tls;
   // Where this rank listens for its peers' Gloo connections: an address of
   // this machine the other ranks can reach (127.0.0.1 when all ranks run
   // here).

@@ -16,10 +16,11 @@ set(allowed_parallel    parallel/ kernels/ octet/)
 set(allowed_model       model/ kernels/dtype.h kernels/bf16.h kernels/f16.h
                         kernels/fp8.h kernels/status_macros.h)
 set(allowed_worker      worker/ model/ parallel/ kernels/ octet/)
-# Of parallel/, only the rendezvous store (octet_rendezvous) it hosts.
+# Of parallel/, only the rendezvous store (octet_rendezvous) it hosts, with
+# its TLS credentials.
 set(allowed_coordinator coordinator/ model/ octet/ parallel/store.h
                         parallel/bearer_token.h parallel/grpc_status.h
-                        kernels/status_macros.h)
+                        parallel/tls.h kernels/status_macros.h)
 set(allowed_tools       tools/ worker/ model/ parallel/ kernels/ octet/)
 set(floors kernels parallel model worker coordinator tools)
 

@@ -1,9 +1,11 @@
 // The coordinator's step loop (coordinator/engine.h) over a real TP = 2
 // worker group (tiny preset, FP8): concurrent requests get what one rank
 // generates alone, as tokens and as text; stop tokens and stop strings end
-// a request where they should; cancellation; the queue limit; and a worker
-// killed mid-generation: the running request ends with UNAVAILABLE within
-// 5 s, the queued one is served by the replacement group.
+// a request where they should; cancellation; the queue limit; a worker
+// killed mid-generation: the running requests resume on the replacement
+// group where they were; a step stuck on a stopped worker, during which
+// requests still queue and cancel; and groups that cannot start: backed
+// off, and given up on when they fail alike max_start_failures times.
 #include "coordinator/engine.h"
 
 #include <gtest/gtest.h>
@@ -84,16 +86,18 @@ class EngineTest : public ::testing::Test {
   }
 
   // An engine over TP = 2 worker groups; `groups_` sees each new one.
-  std::unique_ptr<Engine> Start(int64_t max_running = 8,
-                                int64_t max_waiting = 64,
-                                int max_group_failures = 3) {
+  std::unique_ptr<Engine> Start(
+      int64_t max_running = 8, int64_t max_waiting = 64,
+      int max_group_failures = 3,
+      absl::Duration health_timeout = absl::Seconds(2)) {
     EngineOptions o;
     o.scheduler = {.num_blocks = 64,
                    .block_size = 8,
                    .max_tokens_per_step = 64,
                    .max_running = max_running,
                    .max_waiting = max_waiting};
-    o.start_group = [this]() -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+    o.start_group = [this, health_timeout](StartCancel& cancel)
+        -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
       {
         absl::MutexLock lock(&mu_);
         // A replacement waits while the test holds it (to see the gap).
@@ -111,7 +115,8 @@ class EngineTest : public ::testing::Test {
       g.load.set_kv_blocks(64);
       g.load.set_kv_block_size(8);
       g.load.set_threads(1);
-      auto group = WorkerGroup::Start(g, nullptr);
+      g.health_timeout = health_timeout;
+      auto group = WorkerGroup::Start(g, nullptr, &cancel);
       if (group.ok()) {
         absl::MutexLock lock(&mu_);
         pids_ = (*group)->pids();
@@ -289,7 +294,8 @@ TEST(EngineBackoff, StartFailuresInARowBackOffExponentially) {
   int attempts = 0;
   EngineOptions o;
   o.scheduler = {.num_blocks = 8, .block_size = 8};
-  o.start_group = [&]() -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+  o.start_group =
+      [&](StartCancel&) -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
     absl::MutexLock lock(&mu);
     ++attempts;
     return absl::InvalidArgumentError("config.json: broken");
@@ -335,6 +341,67 @@ TEST(EngineBackoff, StartFailuresInARowBackOffExponentially) {
       "[ measured ] a group that cannot start: %d tries in 1.5 s (backoff "
       "20 ms doubling to 320 ms); a cancel meanwhile took %.3f s\n",
       attempts, cancel_seconds);
+}
+
+// A group that fails to start the same way max_start_failures times in a
+// row is given up on: the waiting request ends UNAVAILABLE with the error,
+// a new one is refused with it, and on_gave_up hears it once. Failures that
+// differ (a transient fault among them) go on being retried.
+TEST(EngineBackoff, TheSameStartFailureInARowIsGivenUpOn) {
+  for (const bool alternate : {false, true}) {
+    absl::Mutex mu;
+    int attempts = 0, gave_up = 0;
+    EngineOptions o;
+    o.scheduler = {.num_blocks = 8, .block_size = 8};
+    o.start_group =
+        [&](StartCancel&) -> absl::StatusOr<std::unique_ptr<WorkerGroup>> {
+      absl::MutexLock lock(&mu);
+      ++attempts;
+      return absl::InvalidArgumentError(alternate && attempts % 2 == 0
+                                            ? "rank 1: connection reset"
+                                            : "config.json: broken");
+    };
+    o.on_gave_up = [&](const absl::Status&) {
+      absl::MutexLock lock(&mu);
+      ++gave_up;
+    };
+    o.restart_backoff = absl::Milliseconds(10);
+    o.max_restart_backoff = absl::Milliseconds(40);
+    o.max_start_failures = 3;
+    // Before the engine: a request still queued when the engine stops ends
+    // then, and its callbacks write into `r` (ASan found it written after
+    // its destructor, and the status it kept leaked).
+    Received r;
+    auto engine = Engine::Start(std::move(o));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ValidRequest request;
+    request.prompt = {1, 2, 3};
+    request.max_new_tokens = 4;
+    ASSERT_TRUE((*engine)->Submit(request, r.Callbacks()).ok());
+    const bool ended = r.done.WaitForNotificationWithTimeout(
+        alternate ? absl::Seconds(1) : absl::Seconds(10));
+    absl::MutexLock lock(&mu);
+    if (alternate) {
+      EXPECT_FALSE(ended) << r.outcome.status;
+      EXPECT_FALSE((*engine)->gave_up());
+      EXPECT_GE(attempts, 6);
+      EXPECT_EQ(gave_up, 0);
+      continue;
+    }
+    ASSERT_TRUE(ended);
+    EXPECT_EQ(r.outcome.status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(r.outcome.status.message(),
+              "the model cannot be served: its workers failed to start 3 "
+              "times in a row with: config.json: broken");
+    EXPECT_TRUE((*engine)->gave_up());
+    EXPECT_EQ(attempts, 3);
+    EXPECT_EQ(gave_up, 1);
+    Received late;
+    const absl::StatusOr<uint64_t> refused =
+        (*engine)->Submit(request, late.Callbacks());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(refused.status().message(), r.outcome.status.message());
+  }
 }
 
 // A worker killed mid-request loses nothing: the running requests go back
@@ -390,6 +457,49 @@ TEST_F(EngineTest, AKilledWorkersRequestsResumeOnTheNewGroupAsTheyWere) {
       "lost; the two running resumed on the new group with the same tokens; "
       "all done %.2f s after the kill\n",
       seconds);
+}
+
+// A step stuck on a stopped rank (here its health check would take minutes
+// to fail) holds up nothing else: a new request queues and, cancelled, ends
+// at once; a cancel of a request in the stuck step waits for the step; and
+// stopping the engine cuts the step short instead of waiting for it.
+TEST_F(EngineTest, AStuckStepStillTakesCancelsAndStopsAtOnce) {
+  auto engine = Start(/*max_running=*/8, /*max_waiting=*/64,
+                      /*max_group_failures=*/3,
+                      /*health_timeout=*/absl::Minutes(5));
+  Received a, b;
+  auto a_id = engine->Submit(Greedy(kPrompts[1], 400), a.Callbacks());
+  ASSERT_TRUE(a_id.ok());
+  ASSERT_TRUE(a.first.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  pid_t stopped;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped = pids_.at(1);
+  }
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  absl::SleepFor(absl::Milliseconds(300));  // the step now waits for rank 1
+  auto b_id = engine->Submit(Greedy(kPrompts[2], 6), b.Callbacks());
+  ASSERT_TRUE(b_id.ok()) << b_id.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time cancel = absl::Now();
+  engine->Cancel(*b_id);
+  engine->Cancel(*a_id);
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  const double b_seconds = absl::ToDoubleSeconds(absl::Now() - cancel);
+  EXPECT_EQ(b.outcome.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(b_seconds, 1.0);
+  EXPECT_FALSE(a.done.WaitForNotificationWithTimeout(absl::Seconds(1)))
+      << "a ended while its step was still stuck: " << a.outcome.status;
+  const absl::Time stop = absl::Now();
+  engine.reset();
+  const double stop_seconds = absl::ToDoubleSeconds(absl::Now() - stop);
+  ASSERT_TRUE(a.done.HasBeenNotified());
+  EXPECT_EQ(a.outcome.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(stop_seconds, 5.0);  // the group's workers get 2 s to stop
+  std::printf(
+      "[ measured ] a step stuck on a stopped rank: a queued request's "
+      "cancel took %.3f s; stopping the engine took %.2f s\n",
+      b_seconds, stop_seconds);
 }
 
 // A request that was running in max_group_failures failed groups ends

@@ -11,12 +11,21 @@
 # loads them. Passes when a generate request returns its tokens through
 # each coordinator.
 #
-#   remote_hosts_test.sh BIN_DIR
+# With --tls, every link takes TLS, with certificates made for this run
+# (make_test_certs.sh: a CA and one certificate naming the three hosts'
+# addresses): the API (--tls_cert; a plaintext client is refused), the
+# workers (--tls_*: mutual TLS, the token never in clear text) and the
+# rendezvous store they dial back (verified against the coordinator's
+# address).
+#
+#   remote_hosts_test.sh BIN_DIR [--tls]
 #
 # Needs root and iproute2 (network namespaces); without them it exits 77,
 # which ctest reports as skipped.
 set -euo pipefail
 bin="$1"
+tls="${2:-}"
+here="$(cd "$(dirname "$0")" && pwd)"
 [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || {
   echo "remote_hosts_test: needs root and iproute2: skipped"
   exit 77
@@ -60,11 +69,24 @@ w1="$(addr 3)"
 "$bin/octet" make-model --preset tiny --out "$work/model" >/dev/null
 echo "remote-hosts-token" >"$work/token"
 chmod 600 "$work/token"
+worker_tls=()
+coordinator_tls=()
+client_tls=()
+if [ "$tls" = "--tls" ]; then
+  "$here/make_test_certs.sh" "$work/certs" "$coordinator_ip" "$w0" "$w1"
+  c="$work/certs"
+  worker_tls=(--tls_cert "$c/server.pem" --tls_key "$c/server.key" --tls_ca "$c/ca.pem")
+  # Its API certificate is also the one it shows the workers.
+  coordinator_tls=(--tls_cert "$c/server.pem" --tls_key "$c/server.key"
+                   --worker_tls_ca "$c/ca.pem")
+  client_tls=(--tls_ca "$c/ca.pem")
+fi
 # Each worker under a supervisor that restarts it when it exits.
 supervise() {  # NAMESPACE HOST LOG
   while :; do
     ip netns exec "$1" "$bin/worker" --listen 0.0.0.0:50061 \
-      --token_file "$work/token" --host "$2" >>"$3" 2>&1 || true
+      --token_file "$work/token" --host "$2" ${worker_tls[@]+"${worker_tls[@]}"} \
+      >>"$3" 2>&1 || true
     sleep 0.2
   done
 }
@@ -77,7 +99,7 @@ start_coordinator() {  # LOG
   ip netns exec "${tag}1" "$bin/coordinator" --model "$work/model" --tp 2 \
     --quantization fp8 --device cpu --workers "$w0:50061,$w1:50061" \
     --token_file "$work/token" --rendezvous_port 50060 --port 50051 \
-    >"$1" 2>&1 &
+    ${coordinator_tls[@]+"${coordinator_tls[@]}"} >"$1" 2>&1 &
   coordinator=$!
   pids+=($coordinator)
 }
@@ -88,7 +110,7 @@ served() {  # LOG
   while [ "$SECONDS" -lt "$deadline" ]; do
     if ip netns exec "${tag}1" timeout 20 "$bin/octet" generate \
          --server 127.0.0.1:50051 --prompt_ids 1,17,33 --max_tokens 8 \
-         >"$work/out.txt" 2>&1; then
+         ${client_tls[@]+"${client_tls[@]}"} >"$work/out.txt" 2>&1; then
       cat "$work/out.txt"
       grep -q "8 generated tokens" "$work/out.txt" && return 0
       echo "remote_hosts_test: unexpected answer" >&2
@@ -107,6 +129,27 @@ served() {  # LOG
 start_coordinator "$work/coordinator1.log"
 served "$work/coordinator1.log"
 echo "remote_hosts_test: coordinator $coordinator_ip, workers $w0 and $w1: served"
+if [ "$tls" = "--tls" ]; then
+  if ip netns exec "${tag}1" timeout 20 "$bin/octet" generate \
+       --server 127.0.0.1:50051 --prompt_ids 1 --max_tokens 1 >/dev/null 2>&1; then
+    echo "remote_hosts_test: a plaintext client was served by a TLS API" >&2
+    exit 1
+  fi
+  grep -q "listening on 0.0.0.0:50061 (mutual TLS)" "$work/w0.log" || {
+    echo "remote_hosts_test: worker 0 does not say it takes mutual TLS" >&2
+    exit 1
+  }
+  ! grep -q "clear text" "$work/coordinator1.log" "$work/w0.log" || {
+    echo "remote_hosts_test: a program warns of clear text under TLS" >&2
+    exit 1
+  }
+  echo "remote_hosts_test: TLS on every link; a plaintext client refused"
+else
+  grep -q "token crosses the network in clear text" "$work/coordinator1.log" || {
+    echo "remote_hosts_test: no clear-text warning without TLS" >&2
+    exit 1
+  }
+fi
 
 kill -9 "$coordinator"
 wait "$coordinator" 2>/dev/null || true

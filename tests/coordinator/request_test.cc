@@ -180,5 +180,33 @@ TEST(RequestTest, TextNeedsATokenizer) {
   EXPECT_NE(v.status().message().find("input.text"), std::string::npos);
 }
 
+// A text longer than the context can hold in the tokenizer's longest
+// tokens is refused by its length, before it is tokenized; one that may fit
+// is tokenized and then checked by its tokens.
+TEST(RequestTest, ATextTooLongForTheContextIsRefusedBeforeTokenizing) {
+  ModelLimits limits = kLimits;  // 64 tokens
+  limits.max_token_bytes = 4;    // so at most 256 bytes
+  int encoded = 0;
+  const EncodeFn counting = [&encoded](const std::string& text) {
+    ++encoded;
+    return Encode(text);
+  };
+  v1::GenerateRequest r;
+  r.set_text(std::string(257, 'a'));
+  absl::StatusOr<ValidRequest> v = ValidateRequest(r, limits, counting);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.status().message(),
+            "input.text is 257 bytes: the context holds 64 tokens of at most "
+            "4 bytes, 256 bytes of text");
+  EXPECT_EQ(encoded, 0);
+  r.set_text(std::string(256, 'a'));  // may fit: tokenized (it does not)
+  v = ValidateRequest(r, limits, counting);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("tokens: the context holds 64"),
+            std::string::npos)
+      << v.status();
+  EXPECT_EQ(encoded, 1);
+}
+
 }  // namespace
 }  // namespace octet

@@ -30,8 +30,8 @@ Outcome Ended(absl::Status status) {
   return o;
 }
 
-// Drives an outbox like the reactor: after each event, Next() until it
-// says nothing; records what it was told to do. Writes stay in flight until
+// Drives an outbox like the reactor: does what each event returns;
+// records what it was told to do. Writes stay in flight until
 // Complete().
 struct Driver {
   StreamOutbox outbox{"r1"};
@@ -40,37 +40,37 @@ struct Driver {
   absl::Status finish_status;
   bool in_flight = false;
 
-  void Pump() {
-    for (;;) {
-      const StreamOutbox::Action a = outbox.Next();
-      if (a.kind == Kind::kNone) return;
-      if (a.kind == Kind::kWrite) {
-        ASSERT_FALSE(in_flight) << "two writes at once";
-        ASSERT_EQ(finishes, 0) << "a write after Finish";
-        EXPECT_EQ(a.message->request_id(), "r1");
-        written.emplace_back(a.message->token_ids().begin(),
-                             a.message->token_ids().end());
-        in_flight = true;
-        return;  // the next action waits for its completion
-      }
-      ++finishes;
-      finish_status = a.status;
+  // Carries out `a`; false when it was nothing to do.
+  bool Do(const StreamOutbox::Action& a) {
+    if (a.kind == Kind::kNone) return false;
+    if (a.kind == Kind::kWrite) {
+      EXPECT_FALSE(in_flight) << "two writes at once";
+      EXPECT_EQ(finishes, 0) << "a write after Finish";
+      EXPECT_EQ(a.message->request_id(), "r1");
+      written.emplace_back(a.message->token_ids().begin(),
+                           a.message->token_ids().end());
+      in_flight = true;
+      return true;
     }
+    ++finishes;
+    finish_status = a.status;
+    return true;
   }
-  void Add(const Delta& d) {
-    outbox.Add(d, nullptr);
-    Pump();
+  // After the action an event returned: Next() until it says nothing (it
+  // must, since that action was decided under the same lock).
+  void Pump(const StreamOutbox::Action& first) {
+    Do(first);
+    EXPECT_FALSE(Do(outbox.Next())) << "the event's action was not the next";
   }
+  void Add(const Delta& d) { Pump(outbox.Add(d, nullptr)); }
   void End(const absl::Status& s, const Delta& d = {}) {
     const Outcome o = Ended(s);
-    outbox.Add(d, &o);
-    Pump();
+    Pump(outbox.Add(d, &o));
   }
   void Complete(bool ok) {
     ASSERT_TRUE(in_flight);
     in_flight = false;
-    outbox.WriteDone(ok);
-    Pump();
+    Pump(outbox.WriteDone(ok));
   }
 };
 
@@ -159,7 +159,7 @@ TEST(StreamOutbox, FinishesOnceWhateverCallsNext) {
   // Late events (a second end, a stray pump) change nothing.
   d.End(absl::CancelledError("late"));
   d.Add(Tokens({9}));
-  d.Pump();
+  d.Do(d.outbox.Next());
   EXPECT_EQ(d.finishes, 1);
   EXPECT_TRUE(d.finish_status.ok());
   EXPECT_EQ(d.written.size(), 1u);

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/synthetic.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {
@@ -187,6 +189,28 @@ TEST(ModelConfig, RejectsWhatOctetCannotServe) {
   j["hidden_size"] = 2050;
   ExpectError(j, "must be a multiple of num_attention_heads");
   EXPECT_FALSE(ParseModelConfig("{not json", "m/config.json").ok());
+}
+
+// The tiny preset at TP = 2 with FP8 and 1024 KV slots, by hand: linear
+// weights 2 layers x (64 x (2x64 + 2x32) + 3 x 64 x 160) at 1 byte, the
+// tied embedding 512 x 64 at 2; KV: 2 ranks x 1024 slots x 2 layers x K,V
+// x 1 head x 16 dims x 2 bytes.
+TEST(ModelConfig, LeastMemoryNeedCountsWeightsAndEveryRanksKvCache) {
+  absl::StatusOr<ModelConfig> tiny = SyntheticPreset("tiny");
+  ASSERT_TRUE(tiny.ok());
+  const MemoryNeed need = LeastMemoryNeed(*tiny, 2, 1, 1024);
+  EXPECT_EQ(need.weights, 2 * (64 * (2 * 64 + 2 * 32) + 3 * 64 * 160) +
+                              512 * 64 * 2);
+  EXPECT_EQ(need.kv_cache, 2 * 1024 * 2 * 2 * 1 * 16 * 2);
+  EXPECT_EQ(need.total(), need.weights + need.kv_cache);
+  // Untied, unquantized: lm_head counts, at 2 bytes.
+  tiny->tie_word_embeddings = false;
+  EXPECT_EQ(LeastMemoryNeed(*tiny, 1, 2, 0).weights,
+            2 * (2 * (64 * (2 * 64 + 2 * 32) + 3 * 64 * 160) + 512 * 64) +
+                512 * 64 * 2);
+  // Sizes past int64 saturate instead of wrapping.
+  EXPECT_EQ(LeastMemoryNeed(*tiny, 2, 1, int64_t{1} << 62).total(),
+            std::numeric_limits<int64_t>::max());
 }
 
 TEST(ModelConfig, MissingFileIsNotFound) {
