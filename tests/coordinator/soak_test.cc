@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "model/synthetic.h"
 #include "octet/v1/generation.grpc.pb.h"
+#include "tests/coordinator/client_util.h"
 #include "tests/process_util.h"
 
 namespace octet {
@@ -117,14 +118,8 @@ TEST(SoakTest, SixtyFourStreamingClientsAWorkerKillAndSigterm) {
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Generation::NewStub(channel);
-  const absl::Time ready_by = absl::Now() + absl::Seconds(60);
-  for (;;) {
-    grpc::ClientContext context;
-    v1::ModelInfo info;
-    if (stub->GetModelInfo(&context, {}, &info).ok()) break;
-    ASSERT_LT(absl::Now(), ready_by) << "not serving within 60 s";
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  ASSERT_TRUE(testing::WaitUntilServing(*stub, absl::Seconds(60)))
+      << "not serving within 60 s";
 
   const int seconds = SoakSeconds();
   std::atomic<bool> stop{false};
@@ -169,8 +164,15 @@ TEST(SoakTest, SixtyFourStreamingClientsAWorkerKillAndSigterm) {
   EXPECT_GT(tally.ok, 10 * kClients);
   const int64_t half = rss[rss.size() / 2], last = rss.back();
   const double growth = 100.0 * static_cast<double>(last - half) / half;
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan holds freed memory in its quarantine (up to 256 MiB), so RSS says
+  // nothing about leaks there (LeakSanitizer does); the bound is the plain
+  // build's.
+  std::printf("[ not checked ] RSS growth: ASan's quarantine holds memory\n");
+#else
   EXPECT_LT(growth, 5.0) << half << " KiB at half time, " << last
                          << " KiB at the end";
+#endif
   std::printf(
       "[ measured ] soak %d s, %d clients: %d requests OK, %d cancelled by "
       "their client, %d lost; %d were running when a worker was killed; "
