@@ -8,6 +8,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -20,7 +21,7 @@ class CudaBackend : public Backend {
           "no usable CUDA device ", device, ": ", DescribeCudaDevice(device)));
     }
     device_ = device;
-    OCTET_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    OCTET_RETURN_IF_ERROR(BindDevice());
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     absl::StatusOr<std::unique_ptr<CublasLtGemm>> g = CublasLtGemm::Create();
@@ -33,7 +34,7 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
   ~CudaBackend() override {
-    if (stream_ != nullptr) {
+    if (stream_ != nullptr && BindDevice().ok()) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
@@ -47,11 +48,13 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     void* p = nullptr;
     if (bytes > 0) OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
     return DeviceBuffer(this, p, bytes);
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     // Pageable sources are staged before the call returns, so the caller may
     // reuse `src` at once; the copy is ordered with the stream's kernels.
     OCTET_CUDA_RETURN_IF_ERROR(
@@ -59,12 +62,14 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
   absl::Status Synchronize() override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
@@ -72,30 +77,36 @@ class CudaBackend : public Backend {
   absl::Status Embedding(const void* table, DType table_dtype, int64_t rows,
                          int64_t cols, int64_t row_begin, const int32_t* ids,
                          int64_t n, void* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Embedding(table, table_dtype, rows, cols, row_begin, ids, n,
                            out, stream_);
   }
   absl::Status RmsNorm(const void* x, const float* weight, int64_t rows,
                        int64_t cols, float eps, void* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::RmsNorm(x, weight, rows, cols, eps, out, stream_);
   }
   absl::Status Add(void* x, const void* y, int64_t count) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Add(x, y, count, stream_);
   }
   absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
                     int64_t row_stride, const int32_t* positions,
                     const float* inv_freq) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Rope(x, rows, heads, head_dim, row_stride, positions, inv_freq,
                       stream_);
   }
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::SiluMul(x, rows, cols, out, stream_);
   }
   absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, void* k_cache,
                        void* v_cache) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::WriteKv(k, v, row_stride, kv_heads, head_dim, meta, k_cache,
                          v_cache, stream_);
   }
@@ -103,11 +114,13 @@ class CudaBackend : public Backend {
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* k_cache,
                          const void* v_cache, void* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Attention(q, q_stride, heads, kv_heads, head_dim, meta,
                            k_cache, v_cache, out, stream_);
   }
   absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
                     DType y_dtype) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     if (w.dtype != DType::kBf16) {
       return absl::InvalidArgumentError("CUDA Gemm: weights must be bf16");
     }
@@ -118,6 +131,7 @@ class CudaBackend : public Backend {
   // ones (quantize.h) and the GEMM's row-group epilogue (gemm.h).
   absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
                       const RowGroups& groups, float* absmax) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     if (groups.count == 1) {
       return quantizer_->AbsMax(x, DType::kBf16, rows * cols, absmax, stream_);
     }
@@ -128,6 +142,7 @@ class CudaBackend : public Backend {
   absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
                         const RowGroups& groups, const float* absmax,
                         uint8_t* q, float* scale) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     if (groups.count == 1) {
       return quantizer_->Quantize(x, DType::kBf16, rows * cols, absmax, q,
                                   scale, stream_);
@@ -138,12 +153,14 @@ class CudaBackend : public Backend {
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return quantizer_->QuantizeWithScale(x, DType::kBf16, count, scale, q,
                                          stream_);
   }
   absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
                         const RowGroups& groups, int64_t rows,
                         const LinearWeight& w, void* y) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
@@ -157,17 +174,27 @@ class CudaBackend : public Backend {
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                       int32_t* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Argmax(x, rows, cols, out, stream_);
   }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::GatherRows(x, cols, rows, n, out, stream_);
   }
 
  protected:
-  void Free(void* data) override { cudaFree(data); }
+  void Free(void* data) override {
+    if (BindDevice().ok()) cudaFree(data);
+  }
 
  private:
+  // Makes device_ current on the calling thread. The worker calls the backend
+  // from whichever gRPC thread runs a step, and the CUDA runtime's current
+  // device is per thread: without this, allocations and launches from a
+  // thread that never chose a device would land on GPU 0.
+  absl::Status BindDevice() const { return BindCudaDevice(device_); }
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;

@@ -35,6 +35,20 @@ bool CudaDeviceSupported(int device) {
          CudaComputeCapability(device) >= kMinCudaComputeCapability;
 }
 
+absl::Status BindCudaDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) {
+    return absl::OkStatus();
+  }
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot use CUDA device ", device, ": ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
 std::string DescribeCudaDevice(int device) {
   cudaDeviceProp prop;
   const cudaError_t e = cudaGetDeviceProperties(&prop, device);

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace octet {
 
 // The oldest GPUs octet's CUDA kernels run on: compute capability 8.9 (Ada),
@@ -20,6 +22,10 @@ int CudaComputeCapability(int device);
 
 // True when `device` exists and is new enough for octet's CUDA kernels.
 bool CudaDeviceSupported(int device);
+
+// Makes `device` the calling thread's current CUDA device (the runtime keeps
+// one per thread), if it is not already; Unavailable when that fails.
+absl::Status BindCudaDevice(int device);
 
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)", or why there is none.
 std::string DescribeCudaDevice(int device);

@@ -10,8 +10,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/cuda_check.h"
@@ -26,6 +30,7 @@ namespace {
 // the decision to use the fallback kernel.
 struct Plan {
   bool fallback = false;
+  std::string fallback_reason;  // why cuBLASLt does not serve it
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, y = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -72,6 +77,10 @@ struct CublasLtGemm::State {
   // Returns the plan for `key`, asking the heuristic the first time.
   absl::StatusOr<Plan*> GetPlan(const PlanKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Caches `plan` as a fallback for `reason`, which is logged the first
+  // time this weight shape falls back.
+  Plan* AddFallback(const PlanKey& key, std::unique_ptr<Plan> plan,
+                    std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const Options options;
   cublasLtHandle_t handle = nullptr;
@@ -83,6 +92,10 @@ struct CublasLtGemm::State {
   absl::Mutex mu;
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans ABSL_GUARDED_BY(mu);
   Path last_path ABSL_GUARDED_BY(mu) = Path::kNone;
+  std::string last_fallback_reason ABSL_GUARDED_BY(mu);
+  // (fp8, n, k, alignment) of the fallbacks logged so far.
+  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int>> logged_fallbacks
+      ABSL_GUARDED_BY(mu);
 };
 
 CublasLtGemm::CublasLtGemm(std::unique_ptr<State> state)
@@ -114,10 +127,11 @@ absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
   // dimensions (K and N multiples of 16 for 8-bit codes, as PyTorch's
   // _scaled_mm also requires); other shapes go straight to the fallback.
   if (key.fp8 && !(key.k % 16 == 0 && key.n % 16 == 0 && key.alignment >= 16)) {
-    plan->fallback = true;
-    Plan* raw = plan.get();
-    plans.emplace(key, std::move(plan));
-    return raw;
+    return AddFallback(key, std::move(plan),
+                       absl::StrCat("cuBLASLt FP8 needs K and N multiples of "
+                                    "16 and 16-byte aligned operands (K=",
+                                    key.k, " N=", key.n, ", aligned to ",
+                                    key.alignment, " bytes)"));
   }
   const cudaDataType_t in_type = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const cudaDataType_t y_type =
@@ -173,9 +187,46 @@ absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     plan->algo = result.algo;
   } else if (st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED) {
-    plan->fallback = true;
+    return AddFallback(
+        key, std::move(plan),
+        absl::StrCat("the cuBLASLt heuristic has no algorithm (",
+                     st == CUBLAS_STATUS_SUCCESS
+                         ? "none found"
+                         : "CUBLAS_STATUS_NOT_SUPPORTED",
+                     ", operands aligned to ", key.alignment, " bytes)"));
   } else {
     OCTET_CUDA_RETURN_IF_ERROR(st);
+  }
+  Plan* raw = plan.get();
+  plans.emplace(key, std::move(plan));
+  return raw;
+}
+
+namespace {
+
+// Y = 0 for K == 0: an empty sum. cuBLASLt is never asked (its layouts would
+// have zero rows and a zero leading dimension, which it refuses).
+absl::Status ZeroOutput(int64_t m, int64_t n, void* y, DType y_dtype,
+                        cudaStream_t stream) {
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      y, 0, static_cast<size_t>(m) * n * DTypeSize(y_dtype), stream));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Plan* CublasLtGemm::State::AddFallback(const PlanKey& key,
+                                       std::unique_ptr<Plan> plan,
+                                       std::string reason) {
+  plan->fallback = true;
+  plan->fallback_reason = std::move(reason);
+  // Once per weight shape and alignment, whatever the number of rows.
+  if (logged_fallbacks.insert({key.fp8, key.n, key.k, key.alignment}).second &&
+      options.on_fallback) {
+    options.on_fallback(absl::StrCat(
+        key.fp8 ? "FP8" : "BF16", " GEMM N=", key.n, " K=", key.k,
+        " goes to octet's fallback kernel, 30-100x slower than cuBLASLt: ",
+        plan->fallback_reason));
   }
   Plan* raw = plan.get();
   plans.emplace(key, std::move(plan));
@@ -186,6 +237,11 @@ absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
                                DType y_dtype, const void* a, const void* b,
                                const float* d_scale_a, const float* d_scale_b,
                                void* y, cudaStream_t stream) {
+  if (k == 0) {
+    absl::MutexLock lock(&state_->mu);
+    state_->last_path = Path::kNone;
+    return ZeroOutput(m, n, y, y_dtype, stream);
+  }
   const PlanKey key{
       fp8, m,       n,
       k,   y_dtype, std::min({Alignment(a), Alignment(b), Alignment(y)})};
@@ -194,6 +250,7 @@ absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
   if (!plan.ok()) return plan.status();
   if ((*plan)->fallback) {
     state_->last_path = Path::kFallback;
+    state_->last_fallback_reason = (*plan)->fallback_reason;
     if (key.fp8) {
       return CudaGemmE4m3Fallback(static_cast<const uint8_t*>(a), d_scale_a,
                                   static_cast<const uint8_t*>(b), d_scale_b,
@@ -247,6 +304,8 @@ absl::Status CublasLtGemm::E4m3RowGroups(
         absl::StrCat(what, ": null scale pointer or row map"));
   }
   if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0)
+    return Run(true, m, n, k, y_dtype, qa, qb, d_scale_a, d_scale_b, y, stream);
   const size_t bytes = static_cast<size_t>(m) * n * sizeof(float);
   float* sums;
   {
@@ -283,6 +342,12 @@ absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,
 CublasLtGemm::Path CublasLtGemm::LastPath() const {
   absl::MutexLock lock(&state_->mu);
   return state_->last_path;
+}
+
+std::string CublasLtGemm::LastFallbackReason() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->last_path == Path::kFallback ? state_->last_fallback_reason
+                                              : std::string();
 }
 
 absl::string_view CublasLtGemm::PathName(Path path) {

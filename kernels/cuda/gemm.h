@@ -3,17 +3,20 @@
 // meaning as kernels/cpu/gemm.h:
 //
 //   E4m3: Y[M,N] = (decode(qa[M,K]) · decode(qb[N,K])ᵀ) · (*d_scale_a ·
-//   *d_scale_b) Bf16: Y[M,N] = A[M,K] · B[N,K]ᵀ
+//         *d_scale_b)
+//   Bf16: Y[M,N] = A[M,K] · B[N,K]ᵀ
 //
-// binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16,
-// K == 0 gives Y = 0. The
-// scales are device pointers, so a scale computed on the GPU (quantize.h) is
-// used without a host round trip.
+// binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16;
+// K == 0 gives Y = 0 without asking cuBLASLt. The scales are device
+// pointers, so a scale computed on the GPU (quantize.h) is used without a
+// host round trip.
 //
 // For each shape the cuBLASLt heuristic is asked once and its choice cached
 // with the descriptors. Shapes cuBLASLt cannot serve (e.g. K or N not a
 // multiple of 16 for FP8, misaligned pointers) go to a simple, correct CUDA
-// kernel (gemm_fallback.cu) instead; LastPath() says which one ran.
+// kernel (gemm_fallback.cu) instead, 30-100x slower: that is said once per
+// weight shape through Options::on_fallback (stderr by default), and
+// LastPath() / LastFallbackReason() say which path the last call took.
 //
 // Thread-safe: the plan cache is guarded by a mutex; kernels are enqueued on
 // the caller's stream. The workspace is shared, so concurrent calls must be
@@ -23,7 +26,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,6 +44,11 @@ class CublasLtGemm {
   struct Options {
     // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
     size_t workspace_bytes = size_t{32} << 20;
+    // Told, once per weight shape, that cuBLASLt refused it and why.
+    std::function<void(const std::string&)> on_fallback =
+        [](const std::string& message) {
+          std::fprintf(stderr, "octet: %s\n", message.c_str());
+        };
   };
 
   // kNone: no GEMM has run (no call yet, or K == 0, which only zeroes Y).
@@ -72,8 +83,9 @@ class CublasLtGemm {
                     int64_t n, int64_t k, void* y, DType y_dtype,
                     cudaStream_t stream);
 
-  // The path the most recent call took.
+  // The path the most recent call took, and when it was the fallback, why.
   Path LastPath() const;
+  std::string LastFallbackReason() const;
   static absl::string_view PathName(Path path);
 
  private:

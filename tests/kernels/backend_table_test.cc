@@ -48,6 +48,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -1202,6 +1203,35 @@ std::set<std::string> DeclaredMethods(const std::string& header) {
     if (!name.empty() && name[0] != '~') names.insert(name);
   }
   return names;
+}
+
+// The worker calls its backend from whichever gRPC thread runs a step, and
+// the CUDA runtime keeps the current device per thread. A backend on the
+// last device, used from a thread whose current device is 0, must still
+// allocate and run there. (On a one-GPU machine both are device 0 and this
+// checks only that a fresh thread can use the backend.)
+TEST(CudaBackendTest, UsesItsDeviceFromAnyThread) {
+  OCTET_REQUIRE_CUDA_DEVICE();
+  const int device = CudaDeviceCount() - 1;
+  absl::StatusOr<std::unique_ptr<Backend>> gpu = NewCudaBackend(device);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::thread([&] {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    absl::StatusOr<DeviceBuffer> buf = (*gpu)->Allocate(1024);
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, buf->data()), cudaSuccess);
+    EXPECT_EQ(attr.device, device);
+    const std::vector<uint16_t> ones(512, 0x3F80);  // bfloat16 1.0
+    ASSERT_TRUE((*gpu)->CopyToDevice(buf->data(), ones.data(), 1024).ok());
+    ASSERT_TRUE((*gpu)->Add(buf->data(), buf->data(), 512).ok());
+    std::vector<uint16_t> twos(512);
+    ASSERT_TRUE((*gpu)->CopyToHost(twos.data(), buf->data(), 1024).ok());
+    EXPECT_EQ(twos, std::vector<uint16_t>(512, 0x4000));  // bfloat16 2.0
+    int current = -1;
+    ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+    EXPECT_EQ(current, device);
+  }).join();
 }
 
 TEST(BackendTableCoverageTest, EveryBackendMethodHasACase) {

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -203,20 +204,91 @@ TEST(CudaGemm, CachedPlanTakesEachCallsScales) {
   }
 }
 
-TEST(CudaGemm, EmptyKGivesZeros) {
+// K = 0 is an empty sum: every entry point writes zeros over what was there
+// and never asks cuBLASLt (whose layouts cannot have zero rows).
+TEST(CudaGemm, EmptyKGivesZerosOnEveryEntryPoint) {
   OCTET_REQUIRE_CUDA_DEVICE();
   auto gemm = CublasLtGemm::Create();
   ASSERT_TRUE(gemm.ok());
-  DeviceBuffer d(64), dy(4 * 16 * 4), dscale(8);
-  ASSERT_TRUE(CopyToDevice(std::vector<float>(64, -1.0f), dy.get()));
+  constexpr int64_t m = 4, n = 16;
+  DeviceBuffer d(64), dy(m * n * 4), dscale(8), drows(m * 4);
   ASSERT_TRUE(CopyToDevice(std::vector<float>{1.0f, 1.0f}, dscale.get()));
+  ASSERT_TRUE(CopyToDevice(std::vector<int32_t>{0, 0, 1, 1}, drows.get()));
+  struct Entry {
+    const char* name;
+    DType y_dtype;
+    std::function<absl::Status()> call;
+  };
+  const std::vector<Entry> entries = {
+      {"E4m3 f32", DType::kF32,
+       [&] {
+         return (*gemm)->E4m3(d.get<uint8_t>(), dscale.get<float>(),
+                              d.get<uint8_t>(), dscale.get<float>(4), m, n, 0,
+                              dy.get(), DType::kF32, nullptr);
+       }},
+      {"E4m3RowGroups bf16", DType::kBf16,
+       [&] {
+         return (*gemm)->E4m3RowGroups(d.get<uint8_t>(), dscale.get<float>(),
+                                       drows.get<int32_t>(), d.get<uint8_t>(),
+                                       dscale.get<float>(4), m, n, 0, dy.get(),
+                                       DType::kBf16, nullptr);
+       }},
+      {"Bf16 f32", DType::kF32,
+       [&] {
+         return (*gemm)->Bf16(d.get<Bf16>(), d.get<Bf16>(), m, n, 0, dy.get(),
+                              DType::kF32, nullptr);
+       }},
+  };
+  for (const Entry& e : entries) {
+    SCOPED_TRACE(e.name);
+    OCTET_ASSERT_CUDA(cudaMemset(dy.get(), 0xBF, m * n * 4));  // not zero
+    const absl::Status s = e.call();
+    ASSERT_TRUE(s.ok()) << s;
+    OCTET_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ((*gemm)->LastPath(), CublasLtGemm::Path::kNone);
+    const size_t bytes = m * n * DTypeSize(e.y_dtype);
+    EXPECT_EQ(CopyToHost<uint8_t>(dy.get(), bytes),
+              std::vector<uint8_t>(bytes, 0));
+  }
+}
+
+// A shape cuBLASLt's FP8 kernels refuse (K not a multiple of 16) is served
+// by the fallback, said once per weight shape with the reason, whatever the
+// number of rows; a shape it serves is not mentioned.
+TEST(CudaGemm, FallbackIsSaidOncePerWeightShapeWithItsReason) {
+  OCTET_REQUIRE_CUDA_DEVICE();
+  std::vector<std::string> said;
+  CublasLtGemm::Options options;
+  options.on_fallback = [&](const std::string& m) { said.push_back(m); };
+  auto gemm = CublasLtGemm::Create(options);
+  ASSERT_TRUE(gemm.ok());
+  constexpr int64_t n = 32, k = 24;
+  DeviceBuffer dq(64 * k), dw(n * k), dy(64 * n * 4), dscale(8);
+  OCTET_ASSERT_CUDA(cudaMemset(dq.get(), 0, 64 * k));
+  OCTET_ASSERT_CUDA(cudaMemset(dw.get(), 0, n * k));
+  ASSERT_TRUE(CopyToDevice(std::vector<float>{1.0f, 1.0f}, dscale.get()));
+  for (int64_t m : {1, 8, 64}) {
+    ASSERT_TRUE((*gemm)
+                    ->E4m3(dq.get<uint8_t>(), dscale.get<float>(),
+                           dw.get<uint8_t>(), dscale.get<float>(4), m, n, k,
+                           dy.get(), DType::kF32, nullptr)
+                    .ok());
+    EXPECT_EQ((*gemm)->LastPath(), CublasLtGemm::Path::kFallback);
+    EXPECT_NE((*gemm)->LastFallbackReason().find("K=24"), std::string::npos)
+        << (*gemm)->LastFallbackReason();
+  }
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("N=32 K=24"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("multiples of 16"), std::string::npos) << said[0];
   ASSERT_TRUE((*gemm)
-                  ->E4m3(d.get<uint8_t>(), dscale.get<float>(),
-                         d.get<uint8_t>(), dscale.get<float>(4), 4, 16, 0,
+                  ->E4m3(dq.get<uint8_t>(), dscale.get<float>(),
+                         dw.get<uint8_t>(), dscale.get<float>(4), 16, n, 32,
                          dy.get(), DType::kF32, nullptr)
                   .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(CopyToHost<float>(dy.get(), 64), std::vector<float>(64, 0.0f));
+  OCTET_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ((*gemm)->LastPath(), CublasLtGemm::Path::kCublasLt);
+  EXPECT_EQ((*gemm)->LastFallbackReason(), "");
+  EXPECT_EQ(said.size(), 1u);
 }
 
 }  // namespace
