@@ -21,10 +21,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/dtype.h"
+#include "kernels/sampling.h"
 
 namespace octet {
 
@@ -206,6 +209,14 @@ class Backend {
   virtual absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                               int32_t* out) = 0;
 
+  // Chooses a token for each of `rows` (kernels/sampling.h has the rules)
+  // from the binary32 logits [*][vocab] on the device; only the tokens come
+  // back, into the host array `out` (one per row). The default copies each
+  // row to the host and runs the host reference (SampleOne).
+  virtual absl::Status Sample(const float* logits, int64_t vocab,
+                              absl::Span<const SampleRow> rows,
+                              SampledToken* out);
+
   // out[i] = x[rows[i]] for `n` row indices (device int32).
   virtual absl::Status GatherRows(const void* x, int64_t cols,
                                   const int32_t* rows, int64_t n,
@@ -239,6 +250,19 @@ inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
                                        void*) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
+}
+
+inline absl::Status Backend::Sample(const float* logits, int64_t vocab,
+                                    absl::Span<const SampleRow> rows,
+                                    SampledToken* out) {
+  std::vector<float> row(vocab);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    absl::Status s = CopyToHost(row.data(), logits + rows[i].logits_row * vocab,
+                                vocab * sizeof(float));
+    if (!s.ok()) return s;
+    out[i] = SampleOne(row, rows[i]);
+  }
+  return absl::OkStatus();
 }
 
 inline DeviceBuffer::~DeviceBuffer() {

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace octet {
@@ -38,18 +39,6 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   }
   return absl::OkStatus();
 }
-
-namespace {
-
-// SplitMix64's output function: a bijective mix of 64 bits.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 int64_t Sampler::Sample(absl::Span<const float> logits,
                         int64_t position) const {
@@ -96,17 +85,51 @@ int64_t Sampler::Sample(absl::Span<const float> logits,
     z = std::accumulate(p.begin(), p.begin() + cut, 0.0);
     keep = cut;
   }
-  // One uniform draw in [0, z), from 53 bits of (seed, position) mixed: the
-  // same on every platform, whenever and wherever it is asked for.
-  const uint64_t bits =
-      Mix(params_.seed ^ Mix(static_cast<uint64_t>(position)));
-  const double u = static_cast<double>(bits >> 11) * 0x1p-53 * z;
+  const double u = UniformDraw(params_.seed, position) * z;
   double acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
     acc += p[i];
     if (u < acc) return ids[i];
   }
   return ids[keep - 1];
+}
+
+void ApplyRepetitionPenalty(absl::Span<const int32_t> history, float penalty,
+                            absl::Span<float> row) {
+  if (penalty == 1.0f) return;
+  const absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
+  for (int32_t id : seen) {
+    if (id < 0 || id >= static_cast<int64_t>(row.size())) continue;
+    row[id] = row[id] > 0 ? row[id] / penalty : row[id] * penalty;
+  }
+}
+
+float LogProb(absl::Span<const float> row, int64_t id) {
+  auto key = [](float v) {
+    return std::isnan(v) ? -INFINITY : static_cast<double>(v);
+  };
+  double max = -INFINITY;
+  for (float v : row) max = std::max(max, key(v));
+  if (max == INFINITY) {  // the +inf logits share all the mass
+    const double count = std::count(row.begin(), row.end(), INFINITY);
+    return row[id] == INFINITY ? static_cast<float>(-std::log(count))
+                               : -INFINITY;
+  }
+  if (max == -INFINITY) return -INFINITY;  // no mass anywhere
+  double sum = 0;
+  for (float v : row) sum += std::exp(key(v) - max);
+  return static_cast<float>(key(row[id]) - max - std::log(sum));
+}
+
+SampledToken SampleOne(absl::Span<const float> logits, const SampleRow& row) {
+  std::vector<float> penalized(logits.begin(), logits.end());
+  ApplyRepetitionPenalty(row.history, row.repetition_penalty,
+                         absl::MakeSpan(penalized));
+  SampledToken out;
+  out.id =
+      static_cast<int32_t>(Sampler(row.params).Sample(penalized, row.position));
+  if (row.logprob) out.logprob = LogProb(penalized, out.id);
+  return out;
 }
 
 }  // namespace octet

@@ -1,9 +1,15 @@
-// Choosing the next token from logits: greedy, temperature, top-k, top-p.
+// Choosing the next token from logits: repetition penalty, then greedy,
+// temperature, top-k, top-p; and the chosen token's log-probability.
 // The random draw depends only on the sequence's seed and the position of
 // the token being chosen, so the same seed gives the same tokens, also for
 // a sequence resumed elsewhere (recomputed after a preemption, or on a new
-// worker group after one failed). Host code, on binary32 logits (every backend
-// hands its logits to the host as binary32).
+// worker group after one failed).
+//
+// This file is the host reference: the rules, in plain sequential code on
+// binary32 logits. Backends sample through Backend::Sample
+// (kernels/backend.h); the CPU backend runs this code, the CUDA backend its
+// own kernels (kernels/cuda/sampling.h), and tests/kernels/
+// backend_sampling_test.cc holds both to the same tests.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +25,29 @@ struct SamplingParams {
   float top_p = 1.0f;        // keep the smallest set with mass >= top_p
   uint64_t seed = 0;
 };
+
+#if defined(__CUDACC__)
+#define OCTET_HOST_DEVICE __host__ __device__
+#else
+#define OCTET_HOST_DEVICE
+#endif
+
+// SplitMix64's output function: a bijective mix of 64 bits.
+OCTET_HOST_DEVICE inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The one uniform draw of a sampled token, in [0, 1): 53 bits of (seed,
+// position) mixed, the same on every platform and device, whenever and
+// wherever it is asked for.
+OCTET_HOST_DEVICE inline double UniformDraw(uint64_t seed, int64_t position) {
+  const uint64_t bits =
+      SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(position)));
+  return static_cast<double>(bits >> 11) * 0x1p-53;
+}
 
 // The greedy choice over `n` logits: the first index of the largest value;
 // NaN never largest; 0 when no value is a number (every backend's Argmax
@@ -41,5 +70,37 @@ class Sampler {
  private:
   SamplingParams params_;
 };
+
+// Everything that decides one row's token: its parameters, where the token
+// goes, and the tokens whose logits the repetition penalty lowers.
+struct SampleRow {
+  int64_t logits_row = 0;  // which row of the logits
+  SamplingParams params;
+  int64_t position = 0;  // of the token being chosen: the draw's position
+  // > 0; 1 leaves the logits alone. For each distinct token id in `history`
+  // (ids outside the vocabulary are ignored): a positive logit is divided
+  // by it, any other multiplied.
+  float repetition_penalty = 1.0f;
+  absl::Span<const int32_t> history;
+  bool logprob = false;  // also return the token's log-probability
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  // log softmax of the penalized logits at `id`, in double, NaN counted as
+  // -inf; 0 unless asked for.
+  float logprob = 0.0f;
+};
+
+// Applies the repetition penalty of SampleRow to `row` in place.
+void ApplyRepetitionPenalty(absl::Span<const int32_t> history, float penalty,
+                            absl::Span<float> row);
+
+// log softmax(row)[id] in double, NaN counted as -inf; when some logits are
+// +inf they share the mass equally; -inf when no logit is above -inf.
+float LogProb(absl::Span<const float> row, int64_t id);
+
+// The reference for one row: penalty, Sampler, LogProb.
+SampledToken SampleOne(absl::Span<const float> logits, const SampleRow& row);
 
 }  // namespace octet

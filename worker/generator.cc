@@ -19,7 +19,6 @@ double Since(Clock::time_point t) {
 struct Running {
   size_t index;
   std::vector<int32_t> table;
-  Sampler sampler;
   int64_t cached = 0;         // tokens already in the cache
   std::vector<int32_t> next;  // tokens to feed next
   bool done = false;
@@ -65,8 +64,7 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
                       GenerationStats* stats) {
   std::vector<Running> seqs;
   for (size_t i : indices) {
-    seqs.push_back(Running{
-        i, {}, Sampler(requests[i].sampling), 0, requests[i].prompt, false});
+    seqs.push_back(Running{i, {}, 0, requests[i].prompt, false});
   }
   // Reserve each sequence's whole budget up front, so that a generation
   // never fails half way for want of blocks.
@@ -77,37 +75,32 @@ absl::Status RunBatch(LlamaModel& model, KvCache& cache,
         static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens, &s.table);
     if (!status.ok()) break;
   }
-  std::vector<float> logits;
-  std::vector<int32_t> greedy_tokens;
+  std::vector<SampledToken> tokens;
   bool first = true;
   while (status.ok()) {
     std::vector<SequenceStep> steps;
+    std::vector<SampleRow> rows;
     std::vector<Running*> active;
     for (Running& s : seqs) {
       if (s.done) continue;
+      // The new token goes after everything fed so far: that is its draw's
+      // position.
+      rows.push_back(SampleRow{
+          .logits_row = static_cast<int64_t>(steps.size()),
+          .params = requests[s.index].sampling,
+          .position = s.cached + static_cast<int64_t>(s.next.size())});
       steps.push_back(SequenceStep{s.next, s.cached, &s.table});
       active.push_back(&s);
     }
     if (steps.empty()) break;
     const auto start = Clock::now();
-    // All greedy: the argmax runs on the device and only ids come back.
-    const bool greedy =
-        std::all_of(active.begin(), active.end(), [&](Running* s) {
-          return requests[s->index].sampling.temperature == 0.0f;
-        });
-    status = greedy ? model.ForwardGreedy(steps, cache, &greedy_tokens)
-                    : model.Forward(steps, cache, &logits);
+    status = model.ForwardSample(steps, cache, rows, &tokens);
     if (!status.ok()) break;
-    const int64_t vocab = model.config().vocab_size;
     for (size_t j = 0; j < active.size(); ++j) {
       Running& s = *active[j];
       s.cached += static_cast<int64_t>(s.next.size());
-      const int32_t token =
-          greedy ? greedy_tokens[j]
-                 : static_cast<int32_t>(s.sampler.Sample(
-                       {logits.data() + j * vocab, static_cast<size_t>(vocab)},
-                       s.cached));  // the new token's position
-      AdvanceSequence(s, token, requests[s.index], options, results[s.index]);
+      AdvanceSequence(s, tokens[j].id, requests[s.index], options,
+                      results[s.index]);
     }
     AddStepStats(first, start, active.size(), stats);
     first = false;

@@ -327,7 +327,6 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
       OCTET_RETURN_IF_ERROR(
           Grow(backend_, s.gathered, seqs * c.vocab_size * sizeof(float)));
     }
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.greedy, seqs * sizeof(int32_t)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, seqs * sizeof(float)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
     s.seqs = seqs;
@@ -445,17 +444,23 @@ absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
                              logits->size() * sizeof(float));
 }
 
-absl::Status LlamaModel::ForwardGreedy(absl::Span<const SequenceStep> steps,
+absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
                                        KvCache& cache,
-                                       std::vector<int32_t>* tokens) {
+                                       absl::Span<const SampleRow> rows,
+                                       std::vector<SampledToken>* tokens) {
+  for (const SampleRow& r : rows) {
+    if (r.logits_row < 0 ||
+        r.logits_row >= static_cast<int64_t>(steps.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ForwardSample: logits row ", r.logits_row,
+                       " is not one of the ", steps.size(), " steps"));
+    }
+  }
   OCTET_RETURN_IF_ERROR(Run(steps, cache, nullptr));
-  const int64_t n = static_cast<int64_t>(steps.size());
-  OCTET_RETURN_IF_ERROR(backend_.Argmax(scratch_.logits.as<float>(), n,
-                                        config_.vocab_size,
-                                        scratch_.greedy.as<int32_t>()));
-  tokens->resize(n);
-  return backend_.CopyToHost(tokens->data(), scratch_.greedy.data(),
-                             n * sizeof(int32_t));
+  tokens->resize(rows.size());
+  if (rows.empty()) return backend_.Synchronize();
+  return backend_.Sample(scratch_.logits.as<float>(), config_.vocab_size, rows,
+                         tokens->data());
 }
 
 // A forward's host-side metadata, validated and laid out for upload.

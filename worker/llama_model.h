@@ -97,10 +97,13 @@ class LlamaModel {
                        std::vector<float>* logits,
                        ForwardTrace* trace = nullptr);
 
-  // As Forward, but returns only each step's greedy next token (the argmax
-  // of its logits, computed on the device; lowest id on ties).
-  absl::Status ForwardGreedy(absl::Span<const SequenceStep> steps,
-                             KvCache& cache, std::vector<int32_t>* tokens);
+  // As Forward, but chooses tokens on the device (Backend::Sample, with the
+  // rules of kernels/sampling.h) and brings back only those: one per row of
+  // `rows`, whose logits_row is the index of a step. No rows: the forward
+  // alone (a rank that does not sample).
+  absl::Status ForwardSample(absl::Span<const SequenceStep> steps,
+                             KvCache& cache, absl::Span<const SampleRow> rows,
+                             std::vector<SampledToken>* tokens);
 
   // Turns the row-parallel FP8 absmax all-reduce on or off (starts as
   // ModelOptions::sync_activation_absmax). Off, ranks may quantize with
@@ -133,7 +136,7 @@ class LlamaModel {
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     DeviceBuffer ids, positions, slots, token_seq, tables, last_rows;
-    DeviceBuffer last_hidden, logits, greedy;
+    DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
   };
   // A forward's host-side metadata, validated (llama_model.cc).

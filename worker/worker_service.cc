@@ -75,27 +75,6 @@ grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
   return grpc::Status::OK;
 }
 
-// Applies the repetition penalty to the logits in `row` of every token in
-// `history`: positive logits divided by it, negative ones multiplied.
-void ApplyRepetitionPenalty(const std::vector<int32_t>& history, float penalty,
-                            std::vector<float>& row) {
-  if (penalty == 1.0f) return;
-  absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
-  for (int32_t id : seen) {
-    if (id < 0 || id >= static_cast<int32_t>(row.size())) continue;
-    row[id] = row[id] > 0 ? row[id] / penalty : row[id] * penalty;
-  }
-}
-
-// log softmax(row)[id], in double.
-float LogProb(const std::vector<float>& row, int64_t id) {
-  double max = -INFINITY;
-  for (float v : row) max = std::max(max, static_cast<double>(v));
-  double sum = 0;
-  for (float v : row) sum += std::exp(static_cast<double>(v) - max);
-  return static_cast<float>(row[id] - max - std::log(sum));
-}
-
 }  // namespace
 
 bool IsWildcardHost(const std::string& host) {
@@ -267,8 +246,29 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     steps[i].block_table = &tables[i];
   }
   if (steps.empty()) return grpc::Status::OK;
-  std::vector<float> logits;
-  absl::Status s = loaded_->model->Forward(steps, *loaded_->cache, &logits);
+  // Rank 0 samples: the rows of the sequences that want a token. Their
+  // histories live in seqs_, which may move a SeqState as it grows, but a
+  // moved vector keeps its buffer, so the rows' spans stay valid. A bad
+  // row still runs the forward without sampling, as every other rank runs
+  // it: returning early would leave them waiting in its collectives.
+  std::vector<SampleRow> rows;
+  std::vector<uint64_t> row_seq;
+  absl::Status bad_row = absl::OkStatus();
+  for (int i = 0; loaded_->rank == 0 && i < request->seqs_size(); ++i) {
+    const rpc::SequenceStep& q = request->seqs(i);
+    absl::StatusOr<std::optional<SampleRow>> row = SampleRowFor(q, i);
+    if (!row.ok()) {
+      bad_row = row.status();
+      rows.clear();
+      break;
+    }
+    if (!row->has_value()) continue;
+    rows.push_back(**row);
+    row_seq.push_back(q.seq_id());
+  }
+  std::vector<SampledToken> tokens;
+  absl::Status s =
+      loaded_->model->ForwardSample(steps, *loaded_->cache, rows, &tokens);
   if (!s.ok()) {
     // A refused batch (InvalidArgument) leaves the group as it was. A
     // collective that timed out, lost a peer or follows such a failure
@@ -282,18 +282,18 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     }
     return ToGrpc(s);
   }
-  if (loaded_->rank != 0) return grpc::Status::OK;
-  const int64_t vocab = loaded_->model->config().vocab_size;
-  for (int i = 0; i < request->seqs_size(); ++i) {
-    s = Sample(request->seqs(i), logits.data() + i * vocab, response);
-    if (!s.ok()) return ToGrpc(s);
+  if (!bad_row.ok()) return ToGrpc(bad_row);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    rpc::SampledToken* t = response->add_tokens();
+    t->set_seq_id(row_seq[j]);
+    t->set_token(tokens[j].id);
+    if (rows[j].logprob) t->set_logprob(tokens[j].logprob);
   }
   return grpc::Status::OK;
 }
 
-absl::Status WorkerService::Sample(const rpc::SequenceStep& q,
-                                   const float* logits,
-                                   rpc::StepResponse* out) {
+absl::StatusOr<std::optional<SampleRow>> WorkerService::SampleRowFor(
+    const rpc::SequenceStep& q, int64_t logits_row) {
   SeqState& state = seqs_[q.seq_id()];
   // Every token fed, in order; a sequence fed again from an earlier
   // position (recomputed after a preemption) rewrites its history there.
@@ -302,14 +302,14 @@ absl::Status WorkerService::Sample(const rpc::SequenceStep& q,
   }
   state.history.insert(state.history.end(), q.tokens().begin(),
                        q.tokens().end());
-  if (!q.sample()) return absl::OkStatus();
+  if (!q.sample()) return std::nullopt;
   const rpc::Sampling& p = q.sampling();
   if (!(std::isfinite(p.repetition_penalty()) && p.repetition_penalty() > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: sequence ", q.seq_id(), ": repetition_penalty ",
                      p.repetition_penalty(), " is not a number > 0"));
   }
-  if (state.sampler == nullptr) {
+  if (!state.params.has_value()) {
     const SamplingParams params{.temperature = p.temperature(),
                                 .top_k = p.top_k(),
                                 .top_p = p.top_p(),
@@ -319,19 +319,16 @@ absl::Status WorkerService::Sample(const rpc::SequenceStep& q,
       return absl::InvalidArgumentError(
           absl::StrCat("step: sequence ", q.seq_id(), ": ", s.message()));
     }
-    state.sampler = std::make_unique<Sampler>(params);
+    state.params = params;
   }
-  const int64_t vocab = loaded_->model->config().vocab_size;
-  std::vector<float> row(logits, logits + vocab);
-  ApplyRepetitionPenalty(state.history, p.repetition_penalty(), row);
   // Its position: after every token fed, so a sequence recomputed or
   // resumed on a new group draws as it would have.
-  const int64_t token = state.sampler->Sample(row, q.start() + q.tokens_size());
-  rpc::SampledToken* t = out->add_tokens();
-  t->set_seq_id(q.seq_id());
-  t->set_token(static_cast<int32_t>(token));
-  if (q.logprobs()) t->set_logprob(LogProb(row, token));
-  return absl::OkStatus();
+  return SampleRow{.logits_row = logits_row,
+                   .params = *state.params,
+                   .position = q.start() + q.tokens_size(),
+                   .repetition_penalty = p.repetition_penalty(),
+                   .history = state.history,
+                   .logprob = q.logprobs()};
 }
 
 grpc::Status WorkerService::Free(grpc::ServerContext* context,

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -91,13 +92,16 @@ class WorkerService final : public internal::v1::Worker::Service {
   };
   // Rank 0's per-sequence sampling state.
   struct SeqState {
-    std::unique_ptr<Sampler> sampler;
-    std::vector<int32_t> history;  // every token fed so far
+    std::optional<SamplingParams> params;  // checked once, at its first token
+    std::vector<int32_t> history;          // every token fed so far
   };
 
   grpc::Status Authorize(const grpc::ServerContext& context) const;
-  absl::Status Sample(const internal::v1::SequenceStep& seq,
-                      const float* logits, internal::v1::StepResponse* out)
+  // Records the tokens `seq` feeds in its history; when it asks for a
+  // token, the row that samples it from logits row `logits_row` (which
+  // points into the history: valid until the history changes).
+  absl::StatusOr<std::optional<SampleRow>> SampleRowFor(
+      const internal::v1::SequenceStep& seq, int64_t logits_row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerServiceOptions options_;

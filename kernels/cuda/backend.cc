@@ -8,6 +8,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/sampling.h"
 #include "kernels/status_macros.h"
 
 namespace octet {
@@ -31,6 +32,7 @@ class CudaBackend : public Backend {
         CudaE4m3Quantizer::Create();
     if (!q.ok()) return q.status();
     quantizer_ = *std::move(q);
+    OCTET_ASSIGN_OR_RETURN(sampler_, CudaSampler::Create());
     return absl::OkStatus();
   }
   ~CudaBackend() override {
@@ -177,6 +179,12 @@ class CudaBackend : public Backend {
     OCTET_RETURN_IF_ERROR(BindDevice());
     return cuda::Argmax(x, rows, cols, out, stream_);
   }
+  absl::Status Sample(const float* logits, int64_t vocab,
+                      absl::Span<const SampleRow> rows,
+                      SampledToken* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return sampler_->Sample(logits, vocab, rows, out, stream_);
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
@@ -199,6 +207,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<CudaE4m3Quantizer> quantizer_;
+  std::unique_ptr<CudaSampler> sampler_;
 };
 
 }  // namespace

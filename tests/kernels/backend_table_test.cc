@@ -863,6 +863,40 @@ absl::StatusOr<Output> RunArgmax(Backend& b, int64_t rows, int64_t cols,
   return o;
 }
 
+// Sample on binary32 logits: greedy, temperature, top-k, top-p, penalty,
+// with log-probabilities. Ids bit for bit: the draws of these few rows are
+// far from a boundary between tokens (a GPU's sums in another order could
+// otherwise move one; tests/kernels/backend_sampling_test.cc has the rest).
+absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
+  const int64_t rows = 4, vocab = 1000;
+  const std::vector<float> x = F32Values(rows * vocab, 77, 4.0f);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, Upload(b, x));
+  static const std::vector<int32_t> history = {3, 999, 3, 500, 12};
+  std::vector<SampleRow> sample;
+  for (int64_t i = 0; i < 12; ++i) {
+    SampleRow r{.logits_row = i % rows, .position = 40 + i};
+    r.params = {.temperature = i % 3 == 0 ? 0.0f : 0.7f + 0.1f * (i % 4),
+                .top_k = i % 4 == 1 ? 20 : 0,
+                .top_p = i % 5 == 2 ? 0.8f : 1.0f,
+                .seed = static_cast<uint64_t>(i)};
+    r.repetition_penalty = i % 2 ? 1.2f : 1.0f;
+    r.history = history;
+    r.logprob = true;
+    sample.push_back(r);
+  }
+  std::vector<SampledToken> out(sample.size());
+  OCTET_RETURN_IF_ERROR(b.Sample(dx.as<float>(), vocab, sample, out.data()));
+  std::vector<int32_t> ids;
+  Field logprobs{.name = "logprobs", .check = Check::kNear};
+  for (const SampledToken& t : out) {
+    ids.push_back(t.id);
+    logprobs.values.push_back(t.logprob);
+  }
+  Output o;
+  o.fields = {Bits("ids", ids), logprobs};
+  return o;
+}
+
 absl::StatusOr<Output> RunGatherRows(Backend& b, const Env&) {
   const int64_t rows = 37, cols = 200;
   const std::vector<int32_t> pick = {5, 0, 36, 5, 17};
@@ -1037,6 +1071,9 @@ const std::vector<Case>& Cases() {
        kExact,
        [](Backend& b, const Env&) { return RunArgmax(b, 3, 32007, false); }},
       {"GatherRows", {"GatherRows"}, kExact, RunGatherRows},
+      // Log-probabilities: binary64 sums in another order, one binary32
+      // rounding.
+      {"Sample", {"Sample"}, Tolerance{0x1p-20, 1e-6}, RunSample},
   };
   return *cases;
 }

@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
-#include "tests/worker/model_test_util.h"
 #include "model/synthetic.h"
+#include "tests/worker/model_test_util.h"
 
 namespace octet {
 namespace {
@@ -207,14 +207,25 @@ TEST_F(GeneratorTest, GreedyOnTheDeviceIsTheArgmaxOfTheLogits) {
     steps.push_back({requests[i].prompt, 0, &tables[i]});
   }
   std::vector<float> logits;
-  std::vector<int32_t> greedy;
   ASSERT_TRUE(model->Forward(steps, **cache, &logits).ok());
-  ASSERT_TRUE(model->ForwardGreedy(steps, **cache, &greedy).ok());
+  // The steps backwards, so that a row's logits_row is not its index.
+  std::vector<SampleRow> rows;
+  for (size_t i = steps.size(); i-- > 0;) {
+    rows.push_back({.logits_row = static_cast<int64_t>(i),
+                    .params = {.temperature = 0.0f}});
+  }
+  std::vector<SampledToken> greedy;
+  ASSERT_TRUE(model->ForwardSample(steps, **cache, rows, &greedy).ok());
   const int64_t vocab = model->config().vocab_size;
   ASSERT_EQ(greedy.size(), steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    EXPECT_EQ(greedy[i], ArgmaxIndex(logits.data() + i * vocab, vocab));
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const int64_t i = rows[j].logits_row;
+    EXPECT_EQ(greedy[j].id, ArgmaxIndex(logits.data() + i * vocab, vocab));
   }
+  // A row naming no step is refused before the forward runs.
+  rows[0].logits_row = static_cast<int64_t>(steps.size());
+  EXPECT_EQ(model->ForwardSample(steps, **cache, rows, &greedy).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GeneratorTest, RejectsBadRequests) {

@@ -17,11 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/scheduler.h"
 #include "kernels/cpu/backend.h"
+#include "model/synthetic.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
 #include "parallel/store.h"
 #include "tests/process_util.h"
 #include "worker/generator.h"
-#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -240,6 +240,58 @@ TEST_F(WorkerServiceTest, TwoRanksGenerateWhatOneRankGeneratesInProcess) {
           << "temperature " << temperature << " request " << i;
     }
   }
+}
+
+// Rank 0 samples each row from its sequence's history, penalty and
+// parameters, and returns the log-probability when asked: the same token
+// and log-probability as the host reference (SampleOne) on the logits of the
+// same model in this process.
+TEST_F(WorkerServiceTest, SamplesWithPenaltyAndLogprobAsTheReference) {
+  Workers w = Start(1);
+  ASSERT_TRUE(LoadAll(w, Base(), nullptr)[0].ok());
+  const std::vector<int32_t> prompt = {1, 17, 33, 17, 90, 17};
+  rpc::StepRequest req;
+  rpc::SequenceStep* q = req.add_seqs();
+  q->set_seq_id(5);
+  q->mutable_tokens()->Add(prompt.begin(), prompt.end());
+  q->add_block_table(0);
+  q->set_sample(true);
+  q->set_logprobs(true);
+  q->mutable_sampling()->set_temperature(0.8f);
+  q->mutable_sampling()->set_top_k(20);
+  q->mutable_sampling()->set_top_p(0.9f);
+  q->mutable_sampling()->set_seed(77);
+  q->mutable_sampling()->set_repetition_penalty(1.3f);
+  auto responses = StepAll(w, req);
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  ASSERT_EQ((*responses)[0].tokens_size(), 1);
+  const rpc::SampledToken& got = (*responses)[0].tokens(0);
+
+  auto ckpt = Checkpoint::Open(Model());
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend({.num_threads = 1});
+  ModelOptions options;
+  options.method = LinearMethod::kFp8;
+  options.cpu.num_threads = 1;
+  auto model = LlamaModel::Load(**ckpt, *backend, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cache =
+      (*model)->NewKvCache({.block_size = kBlockSize, .num_blocks = kBlocks});
+  ASSERT_TRUE(cache.ok());
+  const std::vector<int32_t> table = {0};
+  const SequenceStep step{prompt, 0, &table};
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Forward({&step, 1}, **cache, &logits).ok());
+  const SampledToken want = SampleOne(
+      logits,
+      {.params = {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 77},
+       .position = static_cast<int64_t>(prompt.size()),
+       .repetition_penalty = 1.3f,
+       .history = prompt,
+       .logprob = true});
+  EXPECT_EQ(got.token(), want.id);
+  EXPECT_EQ(got.logprob(), want.logprob);
+  EXPECT_LT(want.logprob, 0.0f);
 }
 
 TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
