@@ -94,6 +94,15 @@ struct RowGroups {
 
 enum class DeviceKind { kCpu, kCuda };
 
+// Work a backend recorded once (BeginCapture .. EndCapture) and runs again
+// on each Replay, with the same arguments: the buffers it names must keep
+// their addresses, and their contents are refilled before each replay.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual absl::Status Replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -139,8 +148,9 @@ class Backend {
                                void* out) = 0;
 
   // Copies K and V of each token (kv_heads * head_dim values at k + row *
-  // row_stride and v + row * row_stride) into the cache at its slot. The
-  // caches are [slots][kv_heads][head_dim] in the activation dtype.
+  // row_stride and v + row * row_stride) into the cache at its slot; a
+  // token whose slot is negative (a padding row) is skipped. The caches are
+  // [slots][kv_heads][head_dim] in the activation dtype.
   virtual absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
                                int64_t kv_heads, int64_t head_dim,
                                const AttentionMetadata& meta, void* k_cache,
@@ -217,6 +227,17 @@ class Backend {
                               absl::Span<const SampleRow> rows,
                               SampledToken* out);
 
+  // Capture (CUDA graphs): between BeginCapture and EndCapture the backend
+  // records the operations it is given instead of running them, and
+  // EndCapture returns them as CapturedWork. Only device work may be
+  // captured: Allocate, CopyToDevice, CopyToHost, Synchronize and Sample
+  // fail (FailedPrecondition) while capturing. EndCapture ends a capture
+  // also after an operation failed in it. Optional: backends that cannot
+  // capture answer false here and Unimplemented below.
+  virtual bool can_capture() const { return false; }
+  virtual absl::Status BeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture();
+
   // out[i] = x[rows[i]] for `n` row indices (device int32).
   virtual absl::Status GatherRows(const void* x, int64_t cols,
                                   const int32_t* rows, int64_t n,
@@ -250,6 +271,14 @@ inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
                                        void*) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
+}
+
+inline absl::Status Backend::BeginCapture() {
+  return absl::UnimplementedError(Describe() + " cannot capture work");
+}
+
+inline absl::StatusOr<std::unique_ptr<CapturedWork>> Backend::EndCapture() {
+  return absl::UnimplementedError(Describe() + " cannot capture work");
 }
 
 inline absl::Status Backend::Sample(const float* logits, int64_t vocab,

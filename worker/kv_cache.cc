@@ -1,5 +1,6 @@
 #include "worker/kv_cache.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -18,7 +19,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
         "below 2^30 slots), got ",
         options.block_size, " and ", options.num_blocks));
   }
+  static std::atomic<uint64_t> next_id{1};
   std::unique_ptr<KvCache> cache(new KvCache());
+  cache->id_ = next_id.fetch_add(1);
   cache->options_ = options;
   const uint64_t dims[] = {static_cast<uint64_t>(options.num_blocks),
                            static_cast<uint64_t>(options.block_size),

@@ -33,6 +33,9 @@ class KvCache {
   int64_t num_blocks() const { return options_.num_blocks; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   uint64_t bytes() const;
+  // Unique to this cache in the process: work captured against its pools
+  // (LlamaModel's decode graphs) is replayed only on the same cache.
+  uint64_t id() const { return id_; }
 
   // Blocks needed to hold `tokens` tokens.
   int64_t BlocksFor(int64_t tokens) const {
@@ -51,6 +54,7 @@ class KvCache {
  private:
   KvCache() = default;
   KvCacheOptions options_;
+  uint64_t id_ = 0;
   uint64_t bytes_per_pool_ = 0;
   std::vector<DeviceBuffer> k_, v_;
   std::vector<int32_t> free_;  // a stack; lowest ids handed out first

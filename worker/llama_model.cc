@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -36,6 +37,21 @@ T* Offset(T* p, int64_t elems, DType dtype) {
   return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) +
                               elems * DTypeSize(dtype));
 }
+
+// Where each array of a forward's metadata sits in Scratch::metadata, in
+// int32 elements, for capacities of `tokens`, `seqs` and `table_entries`.
+struct MetadataLayout {
+  MetadataLayout(int64_t tokens, int64_t seqs, int64_t table_entries)
+      : positions(tokens),
+        slots(2 * tokens),
+        token_seq(3 * tokens),
+        last_rows(4 * tokens),
+        tables(4 * tokens + seqs),
+        end(tables + table_entries) {}
+  size_t bytes() const { return end * sizeof(int32_t); }
+
+  int64_t ids = 0, positions, slots, token_seq, last_rows, tables, end;
+};
 
 // Grows `buf` to at least `bytes`.
 absl::Status Grow(Backend& backend, DeviceBuffer& buf, size_t bytes) {
@@ -295,6 +311,7 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   Scratch& s = scratch_;
   const ModelConfig& c = config_;
   const size_t act = DTypeSize(backend_.activation_dtype());
+  bool grew = tokens > s.tokens || seqs > s.seqs;
   if (tokens > s.tokens) {
     const int64_t qkv = (plan_.heads + 2 * plan_.kv_heads) * c.head_dim;
     const int64_t widest_in =
@@ -310,13 +327,9 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.act, tokens * plan_.intermediate * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.codes, tokens * widest_in));
-    for (DeviceBuffer* b : {&s.ids, &s.positions, &s.slots, &s.token_seq}) {
-      OCTET_RETURN_IF_ERROR(Grow(backend_, *b, tokens * sizeof(int32_t)));
-    }
     s.tokens = tokens;
   }
   if (seqs > s.seqs) {
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.last_rows, seqs * sizeof(int32_t)));
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.last_hidden, seqs * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(
@@ -331,11 +344,21 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
     s.seqs = seqs;
   }
-  if (table_entries > s.table_entries) {
-    OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.tables, table_entries * sizeof(int32_t)));
-    s.table_entries = table_entries;
+  if (table_entries > s.table_entries) s.table_entries = table_entries;
+  const MetadataLayout layout(s.tokens, s.seqs, s.table_entries);
+  if (s.metadata.bytes() < layout.bytes()) {
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.metadata, layout.bytes()));
+    grew = true;
   }
+  int32_t* base = s.metadata.as<int32_t>();
+  s.ids = base + layout.ids;
+  s.positions = base + layout.positions;
+  s.slots = base + layout.slots;
+  s.token_seq = base + layout.token_seq;
+  s.last_rows = base + layout.last_rows;
+  s.tables = base + layout.tables;
+  // Captures name the buffers they were captured with.
+  if (grew && !graphs_.empty()) InvalidateGraphs();
   return absl::OkStatus();
 }
 
@@ -555,17 +578,20 @@ absl::Status LlamaModel::UploadBatch(const HostBatch& batch) {
   const int64_t num_seqs = batch.num_seqs();
   OCTET_RETURN_IF_ERROR(
       Reserve(batch.num_tokens(), num_seqs, num_seqs * batch.max_blocks));
-  Scratch& s = scratch_;
-  auto upload = [&](DeviceBuffer& dst, const std::vector<int32_t>& src) {
-    return backend_.CopyToDevice(dst.data(), src.data(),
-                                 src.size() * sizeof(int32_t));
-  };
-  OCTET_RETURN_IF_ERROR(upload(s.ids, batch.ids));
-  OCTET_RETURN_IF_ERROR(upload(s.positions, batch.positions));
-  OCTET_RETURN_IF_ERROR(upload(s.slots, batch.slots));
-  OCTET_RETURN_IF_ERROR(upload(s.token_seq, batch.token_seq));
-  OCTET_RETURN_IF_ERROR(upload(s.tables, batch.tables));
-  return upload(s.last_rows, batch.last_rows);
+  // One copy: the arrays at their places in the metadata buffer.
+  const Scratch& s = scratch_;
+  const MetadataLayout layout(s.tokens, s.seqs, s.table_entries);
+  std::vector<int32_t> host(layout.tables + batch.tables.size());
+  for (auto [src, at] : {std::pair{&batch.ids, layout.ids},
+                         std::pair{&batch.positions, layout.positions},
+                         std::pair{&batch.slots, layout.slots},
+                         std::pair{&batch.token_seq, layout.token_seq},
+                         std::pair{&batch.last_rows, layout.last_rows},
+                         std::pair{&batch.tables, layout.tables}}) {
+    std::copy(src->begin(), src->end(), host.begin() + at);
+  }
+  return backend_.CopyToDevice(s.metadata.data(), host.data(),
+                               host.size() * sizeof(int32_t));
 }
 
 AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
@@ -573,10 +599,10 @@ AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
   const Scratch& s = scratch_;
   AttentionMetadata meta;
   meta.num_tokens = batch.num_tokens();
-  meta.positions = s.positions.as<int32_t>();
-  meta.slots = s.slots.as<int32_t>();
-  meta.token_seq = s.token_seq.as<int32_t>();
-  meta.block_tables = s.tables.as<int32_t>();
+  meta.positions = s.positions;
+  meta.slots = s.slots;
+  meta.token_seq = s.token_seq;
+  meta.block_tables = s.tables;
   meta.max_blocks = batch.max_blocks;
   meta.block_size = cache.block_size();
   meta.sliding_window = config_.sliding_window.value_or(0);
@@ -589,7 +615,7 @@ absl::Status LlamaModel::Embed(int64_t tokens) {
   // Each rank embeds the ids in its vocabulary rows (zeros elsewhere).
   OCTET_RETURN_IF_ERROR(backend_.Embedding(
       embedding_.data.data(), embedding_.dtype, embedding_.out, h,
-      plan_.vocab_begin, s.ids.as<int32_t>(), tokens, s.h.data()));
+      plan_.vocab_begin, s.ids, tokens, s.h.data()));
   return AllReduceSum(s.h.data(), tokens * h);
 }
 
@@ -670,9 +696,8 @@ absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
   Scratch& s = scratch_;
   OCTET_RETURN_IF_ERROR(backend_.RmsNorm(s.h.data(), final_norm_.as<float>(),
                                          tokens, h, eps, s.x.data()));
-  OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h,
-                                            s.last_rows.as<int32_t>(), num_seqs,
-                                            s.last_hidden.data()));
+  OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h, s.last_rows,
+                                            num_seqs, s.last_hidden.data()));
   if (plan_.size == 1) {
     return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
                          s.logits.data(), DType::kF32);
@@ -696,10 +721,72 @@ absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
 
 absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
                              KvCache& cache, ForwardTrace* trace) {
-  OCTET_ASSIGN_OR_RETURN(const HostBatch batch, BuildBatch(steps, cache));
+  OCTET_ASSIGN_OR_RETURN(HostBatch batch, BuildBatch(steps, cache));
+  int64_t bucket = GraphBucket(steps, trace);
+  // Every captured decode has tables as wide as the longest context, so
+  // that one capture serves any lengths.
+  const int64_t width = cache.BlocksFor(config_.max_position_embeddings);
+  if (bucket > 0 && batch.max_blocks > width) bucket = 0;  // a longer table
+  if (bucket > 0) {
+    if (graph_cache_id_ != cache.id()) {
+      if (!graphs_.empty()) InvalidateGraphs();
+      graph_cache_id_ = cache.id();
+    }
+    // Room for the largest bucket at once, so that the buckets' captures
+    // share buffers that do not move.
+    const int64_t most =
+        DecodeGraphBucket(options_.graph_max_batch, options_.graph_max_batch);
+    OCTET_RETURN_IF_ERROR(Reserve(most, most, most * width));
+    PadBatch(bucket, width, batch);
+  }
   OCTET_RETURN_IF_ERROR(UploadBatch(batch));
   const AttentionMetadata meta = BatchMetadata(batch, cache);
-  const int64_t tokens = meta.num_tokens, num_seqs = batch.num_seqs();
+  if (bucket > 0) return ComputeWithGraph(bucket, meta, cache);
+  return Compute(meta, batch.num_seqs(), cache, trace);
+}
+
+int64_t DecodeGraphBucket(int64_t batch, int64_t max_batch) {
+  if (batch < 1 || batch > max_batch) return 0;
+  int64_t bucket = 1;
+  while (bucket < batch && bucket < 8) bucket *= 2;
+  if (bucket < batch) bucket = (batch + 7) / 8 * 8;
+  return std::min(bucket, max_batch);
+}
+
+int64_t LlamaModel::GraphBucket(absl::Span<const SequenceStep> steps,
+                                const ForwardTrace* trace) const {
+  // Captures run on one rank (collectives are not captured yet) and
+  // without a trace (which copies to the host mid-forward).
+  if (!backend_.can_capture() || plan_.size > 1 || trace != nullptr) return 0;
+  for (const SequenceStep& s : steps) {
+    if (s.tokens.size() != 1) return 0;  // a prefill: shapes vary
+  }
+  return DecodeGraphBucket(static_cast<int64_t>(steps.size()),
+                           options_.graph_max_batch);
+}
+
+void LlamaModel::PadBatch(int64_t bucket, int64_t width, HostBatch& batch) {
+  const int64_t n = batch.num_seqs();
+  std::vector<int32_t> tables(bucket * width, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(batch.tables.begin() + i * batch.max_blocks, batch.max_blocks,
+                tables.begin() + i * width);
+  }
+  batch.tables = std::move(tables);
+  batch.max_blocks = width;
+  for (int64_t i = n; i < bucket; ++i) {
+    batch.ids.push_back(0);
+    batch.positions.push_back(0);
+    batch.slots.push_back(-1);  // writes no KV
+    batch.token_seq.push_back(static_cast<int32_t>(i));
+    batch.last_rows.push_back(static_cast<int32_t>(i));
+  }
+}
+
+absl::Status LlamaModel::Compute(const AttentionMetadata& meta,
+                                 int64_t num_seqs, KvCache& cache,
+                                 ForwardTrace* trace) {
+  const int64_t tokens = meta.num_tokens;
   const RowGroups seqs{num_seqs, meta.token_seq};
   OCTET_RETURN_IF_ERROR(Embed(tokens));
   if (trace != nullptr) {
@@ -715,6 +802,42 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     }
   }
   return Logits(tokens, num_seqs);
+}
+
+absl::Status LlamaModel::ComputeWithGraph(int64_t bucket,
+                                          const AttentionMetadata& meta,
+                                          KvCache& cache) {
+  DecodeGraph& g = graphs_[bucket];
+  if (g.failed || g.runs++ == 0) {
+    if (!g.failed) ++graph_stats_.warmups;
+    return Compute(meta, bucket, cache, nullptr);
+  }
+  if (g.work == nullptr) {
+    OCTET_RETURN_IF_ERROR(backend_.BeginCapture());
+    const absl::Status computed = Compute(meta, bucket, cache, nullptr);
+    absl::StatusOr<std::unique_ptr<CapturedWork>> work = backend_.EndCapture();
+    if (!computed.ok() || !work.ok()) {
+      // Not worth failing a step for: this bucket runs as usual from now.
+      g.failed = true;
+      std::fprintf(stderr,
+                   "octet: decode batch %lld runs without a graph: its "
+                   "capture failed: %s\n",
+                   static_cast<long long>(bucket),
+                   std::string(computed.ok() ? work.status().message()
+                                             : computed.message())
+                       .c_str());
+      return Compute(meta, bucket, cache, nullptr);
+    }
+    g.work = *std::move(work);
+    ++graph_stats_.captures;
+  }
+  ++graph_stats_.replays;
+  return g.work->Replay();
+}
+
+void LlamaModel::InvalidateGraphs() {
+  graphs_.clear();
+  ++graph_stats_.invalidations;
 }
 
 }  // namespace octet

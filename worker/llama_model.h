@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
@@ -49,6 +50,11 @@ struct ModelOptions {
   // FP8 from float weights: quantize each rank's slice with the scale of the
   // whole weight (all-reduced absmax, as TP=1 would) instead of its own.
   bool global_weight_scale = false;
+  // Decode graphs: a forward whose steps are all single tokens, with at most
+  // this many sequences and one rank, runs as work the backend captured
+  // (CUDA graphs) when the backend can capture; 0: never. See
+  // DecodeGraphBucket.
+  int64_t graph_max_batch = 64;
   // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
   // that every rank uses the same scale. Off only to measure its cost.
   bool sync_activation_absmax = true;
@@ -78,6 +84,20 @@ struct ForwardTrace {
   std::vector<std::vector<float>> scales;
 };
 
+// The batch size a decode of `batch` sequences is padded to for its graph:
+// 1, 2, 4, 8, then multiples of 8, at most `max_batch`; 0 when `batch` is
+// above `max_batch` (no graph). Few buckets keep the captures few; padding
+// costs at most 7 rows of work.
+int64_t DecodeGraphBucket(int64_t batch, int64_t max_batch);
+
+// What the decode graphs have done (tests, benchmarks).
+struct GraphStats {
+  int64_t warmups = 0;        // a bucket's first decode: run as usual
+  int64_t captures = 0;       // its second: captured
+  int64_t replays = 0;        // decodes run by replaying a capture
+  int64_t invalidations = 0;  // all captures dropped (scratch grew, new cache)
+};
+
 class LlamaModel {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
@@ -104,6 +124,8 @@ class LlamaModel {
   absl::Status ForwardSample(absl::Span<const SequenceStep> steps,
                              KvCache& cache, absl::Span<const SampleRow> rows,
                              std::vector<SampledToken>* tokens);
+
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
   // Turns the row-parallel FP8 absmax all-reduce on or off (starts as
   // ModelOptions::sync_activation_absmax). Off, ranks may quantize with
@@ -135,12 +157,23 @@ class LlamaModel {
     int64_t tokens = 0, seqs = 0, table_entries = 0;
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
-    DeviceBuffer ids, positions, slots, token_seq, tables, last_rows;
+    // A forward's metadata in one buffer, so that it goes up in one copy:
+    // ids, positions, slots, token_seq [tokens]; last_rows [seqs]; tables
+    // [table_entries] (int32, at the offsets of MetadataLayout).
+    DeviceBuffer metadata;
+    int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr,
+            *token_seq = nullptr, *last_rows = nullptr, *tables = nullptr;
     DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
   };
   // A forward's host-side metadata, validated (llama_model.cc).
   struct HostBatch;
+  // A decode batch size's captured forward.
+  struct DecodeGraph {
+    int64_t runs = 0;  // decodes of this bucket so far
+    std::unique_ptr<CapturedWork> work;
+    bool failed = false;  // capture failed: this bucket runs as usual
+  };
 
   LlamaModel(Backend& backend, const ModelConfig& config,
              const ModelOptions& options, const ShardPlan& plan)
@@ -167,6 +200,24 @@ class LlamaModel {
   // scratch_.logits on the device. Its steps follow, in order.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
                    ForwardTrace* trace);
+  // The decode graph bucket for these steps, or 0 to run them as usual.
+  int64_t GraphBucket(absl::Span<const SequenceStep> steps,
+                      const ForwardTrace* trace) const;
+  // Pads `batch` to `bucket` sequences and its block tables to `width`
+  // entries: padding rows take token 0 at position 0 and write no KV
+  // (slot -1), so that a capture's shapes are fixed.
+  static void PadBatch(int64_t bucket, int64_t width, HostBatch& batch);
+  // The device work of a forward whose batch is uploaded: embed, layers,
+  // logits.
+  absl::Status Compute(const AttentionMetadata& meta, int64_t num_seqs,
+                       KvCache& cache, ForwardTrace* trace);
+  // Compute for a padded decode batch through its bucket's graph: the
+  // first decode of a bucket runs as usual (allocating and planning what it
+  // needs), the second is captured, then each replays the capture.
+  absl::Status ComputeWithGraph(int64_t bucket, const AttentionMetadata& meta,
+                                KvCache& cache);
+  // Drops every capture (their buffers moved, or another cache is used).
+  void InvalidateGraphs();
   // Checks the steps and lays out their host-side metadata.
   absl::StatusOr<HostBatch> BuildBatch(absl::Span<const SequenceStep> steps,
                                        const KvCache& cache) const;
@@ -230,6 +281,9 @@ class LlamaModel {
   DeviceBuffer inv_freq_;  // binary32 [head_dim / 2]
   std::vector<Layer> layers_;
   Scratch scratch_;
+  absl::flat_hash_map<int64_t, DecodeGraph> graphs_;  // by bucket
+  uint64_t graph_cache_id_ = 0;  // the KvCache they were captured on
+  GraphStats graph_stats_;
 };
 
 // RoPE inverse frequencies for `config`, with Llama 3 scaling applied:

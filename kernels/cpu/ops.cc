@@ -79,6 +79,7 @@ void WriteKvRef(const float* k, const float* v, int64_t row_stride,
   const int64_t width = kv_heads * head_dim;
   for (int64_t t = 0; t < meta.num_tokens; ++t) {
     const int64_t slot = meta.slots[t];
+    if (slot < 0) continue;  // a padding row
     std::memcpy(k_cache + slot * width, k + t * row_stride,
                 width * sizeof(float));
     std::memcpy(v_cache + slot * width, v + t * row_stride,

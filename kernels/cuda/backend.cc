@@ -2,6 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
@@ -33,12 +36,28 @@ class CudaBackend : public Backend {
     if (!q.ok()) return q.status();
     quantizer_ = *std::move(q);
     OCTET_ASSIGN_OR_RETURN(sampler_, CudaSampler::Create());
+    for (Staging& st : staging_) {
+      OCTET_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.host, kStagingBytes));
+      OCTET_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+    }
     return absl::OkStatus();
   }
   ~CudaBackend() override {
-    if (stream_ != nullptr && BindDevice().ok()) {
+    if (!BindDevice().ok()) return;
+    if (stream_ != nullptr) {
+      if (capturing_) {
+        cudaGraph_t graph = nullptr;
+        if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) {
+          cudaGraphDestroy(graph);
+        }
+      }
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
+    }
+    for (Staging& st : staging_) {
+      if (st.done != nullptr) cudaEventDestroy(st.done);
+      if (st.host != nullptr) cudaFreeHost(st.host);
     }
   }
 
@@ -51,20 +70,37 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("Allocate"));
     void* p = nullptr;
     if (bytes > 0) OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
     return DeviceBuffer(this, p, bytes);
   }
+  // The caller may reuse `src` as soon as this returns; the copy is ordered
+  // with the stream's kernels. Small copies (a step's metadata) go through
+  // one of two pinned halves, so the host does not wait for the device: a
+  // half is refilled only once its previous copy is done (its event).
+  // Large ones (weights at load) go straight from pageable memory, which
+  // the driver stages before returning.
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    // Pageable sources are staged before the call returns, so the caller may
-    // reuse `src` at once; the copy is ordered with the stream's kernels.
+    OCTET_RETURN_IF_ERROR(NotCapturing("CopyToDevice"));
+    if (bytes > kStagingBytes) {
+      OCTET_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+      return absl::OkStatus();
+    }
+    Staging& st = staging_[next_staging_];
+    next_staging_ = 1 - next_staging_;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(st.done));
+    std::memcpy(st.host, src, bytes);
     OCTET_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+        cudaMemcpyAsync(dst, st.host, bytes, cudaMemcpyHostToDevice, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(st.done, stream_));
     return absl::OkStatus();
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("CopyToHost"));
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -72,6 +108,7 @@ class CudaBackend : public Backend {
   }
   absl::Status Synchronize() override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("Synchronize"));
     OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
@@ -183,8 +220,36 @@ class CudaBackend : public Backend {
                       absl::Span<const SampleRow> rows,
                       SampledToken* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("Sample"));
     return sampler_->Sample(logits, vocab, rows, out, stream_);
   }
+  // Capture is CUDA stream capture on the backend's stream (thread-local
+  // mode: other threads' CUDA calls are not affected); the work is a CUDA
+  // graph, instantiated once and launched on each replay.
+  bool can_capture() const override { return true; }
+  absl::Status BeginCapture() override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("BeginCapture"));
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture() override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    if (!capturing_) {
+      return absl::FailedPreconditionError("EndCapture: no capture to end");
+    }
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    OCTET_CUDA_RETURN_IF_ERROR(e);
+    return std::unique_ptr<CapturedWork>(new Graph(this, exec));
+  }
+
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
@@ -197,6 +262,34 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // A captured CUDA graph, launched on the backend's stream.
+  class Graph : public CapturedWork {
+   public:
+    Graph(CudaBackend* backend, cudaGraphExec_t exec)
+        : backend_(backend), exec_(exec) {}
+    ~Graph() override {
+      if (backend_->BindDevice().ok()) cudaGraphExecDestroy(exec_);
+    }
+    absl::Status Replay() override {
+      OCTET_RETURN_IF_ERROR(backend_->BindDevice());
+      OCTET_RETURN_IF_ERROR(backend_->NotCapturing("Replay"));
+      OCTET_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, backend_->stream_));
+      return absl::OkStatus();
+    }
+
+   private:
+    CudaBackend* backend_;
+    cudaGraphExec_t exec_;
+  };
+
+  absl::Status NotCapturing(const char* what) const {
+    if (!capturing_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     " while capturing work: only device work can be "
+                     "captured"));
+  }
+
   // Makes device_ current on the calling thread. The worker calls the backend
   // from whichever gRPC thread runs a step, and the CUDA runtime's current
   // device is per thread: without this, allocations and launches from a
@@ -208,6 +301,15 @@ class CudaBackend : public Backend {
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<CudaE4m3Quantizer> quantizer_;
   std::unique_ptr<CudaSampler> sampler_;
+  bool capturing_ = false;
+  // CopyToDevice's pinned halves.
+  static constexpr size_t kStagingBytes = size_t{1} << 20;
+  struct Staging {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;  // its last copy has finished
+  };
+  Staging staging_[2];
+  int next_staging_ = 0;
 };
 
 }  // namespace

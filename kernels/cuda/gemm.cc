@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -48,10 +49,13 @@ struct PlanKey {
   int64_t m, n, k;
   DType y_dtype;
   int alignment;  // smallest power-of-two alignment of the operands (<= 256)
+  // FP8 with a scale per row of activations and per column of weights
+  // (cuBLASLt's outer-vector scales) instead of one scalar each.
+  bool row_scaled = false;
   template <typename H>
   friend H AbslHashValue(H h, const PlanKey& key) {
     return H::combine(std::move(h), key.fp8, key.m, key.n, key.k, key.y_dtype,
-                      key.alignment);
+                      key.alignment, key.row_scaled);
   }
   bool operator==(const PlanKey&) const = default;
 };
@@ -69,7 +73,10 @@ struct CublasLtGemm::State {
   explicit State(const Options& o) : options(o) {}
   ~State() {
     plans.clear();
+    for (float* p : retired_sums) cudaFree(p);
     if (sums) cudaFree(sums);
+    if (row_scales) cudaFree(row_scales);
+    if (ones) cudaFree(ones);
     if (one) cudaFree(one);
     if (workspace) cudaFree(workspace);
     if (handle) cublasLtDestroy(handle);
@@ -81,21 +88,35 @@ struct CublasLtGemm::State {
   // time this weight shape falls back.
   Plan* AddFallback(const PlanKey& key, std::unique_ptr<Plan> plan,
                     std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Enqueues `plan`'s cuBLASLt call: Y = A·Bᵀ for our activations a and
+  // weights b, FP8 scales (scalars, or vectors for a row-scaled plan) when
+  // scale_a is not null.
+  absl::Status Matmul(Plan& plan, const void* a, const void* b,
+                      const float* scale_a, const float* scale_b, void* y,
+                      cudaStream_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const Options options;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   float* one = nullptr;  // device 1.0f: the unit scale of E4m3RowGroups
-  // E4m3RowGroups' unscaled binary32 product, grown on demand.
+  // E4m3RowGroups in one GEMM: kMaxOuterColumns ones (the weights' column
+  // scales) and kMaxOuterRows row scales, allocated once so that captured
+  // work (CUDA graphs) can name them.
+  float* ones = nullptr;
+  float* row_scales = nullptr;
+  // E4m3RowGroups in two passes: the unscaled binary32 product, grown on
+  // demand. Outgrown buffers are kept until this object dies, since
+  // captured work may still name them.
   float* sums = nullptr;
   size_t sums_bytes = 0;
+  std::vector<float*> retired_sums;
   absl::Mutex mu;
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans ABSL_GUARDED_BY(mu);
   Path last_path ABSL_GUARDED_BY(mu) = Path::kNone;
   std::string last_fallback_reason ABSL_GUARDED_BY(mu);
-  // (fp8, n, k, alignment) of the fallbacks logged so far.
-  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int>> logged_fallbacks
-      ABSL_GUARDED_BY(mu);
+  // (fp8, n, k, alignment, row_scaled) of the fallbacks logged so far.
+  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int, bool>>
+      logged_fallbacks ABSL_GUARDED_BY(mu);
 };
 
 CublasLtGemm::CublasLtGemm(std::unique_ptr<State> state)
@@ -115,6 +136,15 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
   const float one = 1.0f;
   OCTET_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(state->one, &one, sizeof(float), cudaMemcpyHostToDevice));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&state->ones),
+                                        kMaxOuterColumns * sizeof(float)));
+  const std::vector<float> ones(kMaxOuterColumns, 1.0f);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpy(state->ones, ones.data(),
+                                        kMaxOuterColumns * sizeof(float),
+                                        cudaMemcpyHostToDevice));
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&state->row_scales),
+                 kMaxOuterRows * sizeof(float)));
   return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(state)));
 }
 
@@ -150,6 +180,17 @@ absl::StatusOr<Plan*> CublasLtGemm::State::GetPlan(const PlanKey& key) {
     OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
         sizeof(fast_accum)));
+  }
+  if (key.row_scaled) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                      CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
+      if (cublasLtMatmulDescSetAttribute(
+              plan->desc, attr, &mode, sizeof(mode)) != CUBLAS_STATUS_SUCCESS) {
+        return AddFallback(key, std::move(plan),
+                           "this cuBLASLt has no outer-vector FP8 scales");
+      }
+    }
   }
   OCTET_CUDA_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&plan->a, in_type, key.k, key.n, key.k));
@@ -221,11 +262,17 @@ Plan* CublasLtGemm::State::AddFallback(const PlanKey& key,
   plan->fallback = true;
   plan->fallback_reason = std::move(reason);
   // Once per weight shape and alignment, whatever the number of rows.
-  if (logged_fallbacks.insert({key.fp8, key.n, key.k, key.alignment}).second &&
+  if (logged_fallbacks
+          .insert({key.fp8, key.n, key.k, key.alignment, key.row_scaled})
+          .second &&
       options.on_fallback) {
     options.on_fallback(absl::StrCat(
         key.fp8 ? "FP8" : "BF16", " GEMM N=", key.n, " K=", key.k,
-        " goes to octet's fallback kernel, 30-100x slower than cuBLASLt: ",
+        key.row_scaled
+            ? " with per-sequence scales runs in two passes (an M x N binary32 "
+              "product, then a scaling kernel): "
+            : " goes to octet's fallback kernel, 30-100x slower than "
+              "cuBLASLt: ",
         plan->fallback_reason));
   }
   Plan* raw = plan.get();
@@ -260,21 +307,27 @@ absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
                                 static_cast<const octet::Bf16*>(b), key.m,
                                 key.n, key.k, y, key.y_dtype, stream);
   }
-  state_->last_path = Path::kCublasLt;
-  if (key.fp8) {
+  return state_->Matmul(**plan, a, b, d_scale_a, d_scale_b, y, stream);
+}
+
+absl::Status CublasLtGemm::State::Matmul(Plan& plan, const void* a,
+                                         const void* b, const float* scale_a,
+                                         const float* scale_b, void* y,
+                                         cudaStream_t stream) {
+  last_path = Path::kCublasLt;
+  if (scale_a != nullptr) {
     // cuBLAS's A is our weights (b), its B our activations (a).
     OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        (*plan)->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &d_scale_b,
-        sizeof(d_scale_b)));
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b,
+        sizeof(scale_b)));
     OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        (*plan)->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &d_scale_a,
-        sizeof(d_scale_a)));
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_a,
+        sizeof(scale_a)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmul(
-      state_->handle, (*plan)->desc, &alpha, b, (*plan)->a, a, (*plan)->b,
-      &beta, y, (*plan)->y, y, (*plan)->y, &(*plan)->algo, state_->workspace,
-      state_->options.workspace_bytes, stream));
+      handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, y, plan.y, y,
+      plan.y, &plan.algo, workspace, options.workspace_bytes, stream));
   return absl::OkStatus();
 }
 
@@ -306,14 +359,36 @@ absl::Status CublasLtGemm::E4m3RowGroups(
   if (m == 0 || n == 0) return absl::OkStatus();
   if (k == 0)
     return Run(true, m, n, k, y_dtype, qa, qb, d_scale_a, d_scale_b, y, stream);
+  // One GEMM where cuBLASLt takes outer-vector scales: row r's scale
+  // d_scale_a[g] · *d_scale_b (multiplied first, as the contract rounds) by
+  // a tiny kernel, the weights' columns scaled by ones.
+  if (m <= kMaxOuterRows && n <= kMaxOuterColumns) {
+    const PlanKey key{
+        .fp8 = true,
+        .m = m,
+        .n = n,
+        .k = k,
+        .y_dtype = y_dtype,
+        .alignment = std::min({Alignment(qa), Alignment(qb), Alignment(y)}),
+        .row_scaled = true};
+    absl::MutexLock lock(&state_->mu);
+    absl::StatusOr<Plan*> plan = state_->GetPlan(key);
+    if (!plan.ok()) return plan.status();
+    if (!(*plan)->fallback) {
+      s = CudaRowScales(d_scale_a, d_row_group, d_scale_b, m,
+                        state_->row_scales, stream);
+      if (!s.ok()) return s;
+      return state_->Matmul(**plan, qa, qb, state_->row_scales, state_->ones, y,
+                            stream);
+    }
+  }
+  // Two passes: the unscaled product, then each row scaled.
   const size_t bytes = static_cast<size_t>(m) * n * sizeof(float);
   float* sums;
   {
     absl::MutexLock lock(&state_->mu);
     if (state_->sums_bytes < bytes) {
-      // cudaFree waits for the device, so no queued kernel still reads the
-      // old buffer.
-      if (state_->sums != nullptr) cudaFree(state_->sums);
+      if (state_->sums != nullptr) state_->retired_sums.push_back(state_->sums);
       state_->sums = nullptr;
       state_->sums_bytes = 0;
       OCTET_CUDA_RETURN_IF_ERROR(

@@ -41,6 +41,10 @@ namespace octet {
 
 class CublasLtGemm {
  public:
+  // The most rows and columns E4m3RowGroups serves in one GEMM.
+  static constexpr int64_t kMaxOuterRows = 65536;
+  static constexpr int64_t kMaxOuterColumns = 262144;
+
   struct Options {
     // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
     size_t workspace_bytes = size_t{32} << 20;
@@ -70,9 +74,12 @@ class CublasLtGemm {
 
   // E4m3 with one activation scale per group of consecutive rows of qa
   // (RowGroups in kernels/backend.h; d_row_group device [m]): row r of Y is
-  // scaled by d_scale_a[d_row_group[r]] · *d_scale_b. The product runs
-  // unscaled into a binary32 buffer kept by this object, then
-  // CudaScaleRowGroups applies each row's scale and rounds once.
+  // scaled by d_scale_a[d_row_group[r]] · *d_scale_b, the two multiplied
+  // first. Where cuBLASLt takes outer-vector scales (m <= kMaxOuterRows,
+  // n <= kMaxOuterColumns), a tiny kernel writes the row scales and one GEMM
+  // applies them in its epilogue. Otherwise the product runs unscaled into a
+  // binary32 buffer kept by this object, then CudaScaleRowGroups applies
+  // each row's scale and rounds once (said once per shape, as fallbacks are).
   absl::Status E4m3RowGroups(const uint8_t* qa, const float* d_scale_a,
                              const int32_t* d_row_group, const uint8_t* qb,
                              const float* d_scale_b, int64_t m, int64_t n,

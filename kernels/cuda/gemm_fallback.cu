@@ -85,6 +85,34 @@ __global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
 
 }  // namespace
 
+__global__ void RowScalesKernel(const float* __restrict__ scale_a,
+                                const int32_t* __restrict__ row_group,
+                                const float* __restrict__ scale_b, int64_t m,
+                                float* __restrict__ out) {
+  for (int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; r < m;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    out[r] = scale_a[row_group[r]] * *scale_b;  // ScaleRowGroupsKernel's scale
+  }
+}
+
+absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
+                           const float* d_scale_b, int64_t m, float* out,
+                           cudaStream_t stream) {
+  if (m < 0 || (m > 0 && (d_scale_a == nullptr || d_row_group == nullptr ||
+                          d_scale_b == nullptr || out == nullptr))) {
+    return absl::InvalidArgumentError(
+        "CudaRowScales: negative rows or null operand");
+  }
+  if (m == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  const int64_t blocks =
+      std::min<int64_t>((m + kThreads - 1) / kThreads, int64_t{1} << 16);
+  RowScalesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      d_scale_a, d_row_group, d_scale_b, m, out);
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_a,
                                 const int32_t* d_row_group,

@@ -34,4 +34,11 @@ absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_b, void* y, DType y_dtype,
                                 cudaStream_t stream);
 
+// out[r] = d_scale_a[d_row_group[r]] · *d_scale_b for r < m: the row scales
+// of E4m3RowGroups in one GEMM (cuBLASLt's outer-vector scales), the same
+// products CudaScaleRowGroups applies.
+absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
+                           const float* d_scale_b, int64_t m, float* out,
+                           cudaStream_t stream);
+
 }  // namespace octet

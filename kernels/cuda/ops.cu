@@ -112,6 +112,7 @@ __global__ void WriteKvKernel(const bf16* k, const bf16* v, int64_t row_stride,
        i < tokens * width; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / width, c = i % width;
     const int64_t slot = slots[t];
+    if (slot < 0) continue;  // a padding row
     k_cache[slot * width + c] = k[t * row_stride + c];
     v_cache[slot * width + c] = v[t * row_stride + c];
   }

@@ -364,6 +364,51 @@ absl::StatusOr<Output> RunAdd(Backend& b, const Env&) {
   return o;
 }
 
+// Capture: an Add captured, its input refilled after the capture, then
+// replayed twice: x = x0 + 2·y1 (small integers, exact in bfloat16). While
+// capturing, host work is refused. A backend that cannot capture must say
+// so (Unimplemented) and gets the same result by running the Add twice.
+absl::StatusOr<Output> RunCapture(Backend& b, const Env&) {
+  const int64_t count = 1000;
+  std::vector<float> x0(count), y0(count, 100.0f), y1(count);
+  for (int64_t i = 0; i < count; ++i) {
+    x0[i] = static_cast<float>(i % 50);
+    y1[i] = static_cast<float>(i % 7) - 3.0f;
+  }
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x, UploadAct(b, x0));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, UploadAct(b, y0));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y_next, UploadAct(b, y1));
+  const size_t bytes = count * DTypeSize(b.activation_dtype());
+  std::vector<uint8_t> host(bytes);
+  OCTET_RETURN_IF_ERROR(b.CopyToHost(host.data(), y_next.data(), bytes));
+  if (!b.can_capture()) {
+    if (b.BeginCapture().code() != absl::StatusCode::kUnimplemented ||
+        b.EndCapture().status().code() != absl::StatusCode::kUnimplemented) {
+      return absl::InternalError("a backend that cannot capture must say so");
+    }
+    OCTET_RETURN_IF_ERROR(b.CopyToDevice(y.data(), host.data(), bytes));
+    OCTET_RETURN_IF_ERROR(b.Add(x.data(), y.data(), count));
+    OCTET_RETURN_IF_ERROR(b.Add(x.data(), y.data(), count));
+  } else {
+    OCTET_RETURN_IF_ERROR(b.BeginCapture());
+    const absl::Status added = b.Add(x.data(), y.data(), count);
+    const absl::Status refused = b.CopyToHost(host.data(), x.data(), 4);
+    OCTET_ASSIGN_OR_RETURN(std::unique_ptr<CapturedWork> work, b.EndCapture());
+    OCTET_RETURN_IF_ERROR(added);
+    if (refused.code() != absl::StatusCode::kFailedPrecondition) {
+      return absl::InternalError(absl::StrCat(
+          "CopyToHost while capturing was not refused: ", refused.ToString()));
+    }
+    OCTET_RETURN_IF_ERROR(b.CopyToDevice(y.data(), host.data(), bytes));
+    OCTET_RETURN_IF_ERROR(work->Replay());
+    OCTET_RETURN_IF_ERROR(work->Replay());
+  }
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> sum, ReadAct(b, x.data(), count));
+  Output o;
+  o.fields = {Near("x", std::move(sum), true)};
+  return o;
+}
+
 // RoPE in place on rows of a fused [q | k | v] projection, as the worker
 // calls it: q's heads, then k's, each with the fused row's stride. The whole
 // buffer is read back, so v (untouched) is checked too.
@@ -1074,6 +1119,11 @@ const std::vector<Case>& Cases() {
       // Log-probabilities: binary64 sums in another order, one binary32
       // rounding.
       {"Sample", {"Sample"}, Tolerance{0x1p-20, 1e-6}, RunSample},
+      {"CaptureReplay",
+       {"can_capture", "BeginCapture", "EndCapture", "Add", "CopyToDevice",
+        "CopyToHost"},
+       kExact,
+       RunCapture},
   };
   return *cases;
 }

@@ -204,6 +204,58 @@ TEST(CudaGemm, CachedPlanTakesEachCallsScales) {
   }
 }
 
+// Per-sequence activation scales in one cuBLASLt GEMM (outer-vector
+// scales): each group's rows are its own GEMM scaled by its scale times the
+// weight's, with no two-pass fallback said.
+TEST(CudaGemm, RowGroupsRunAsOneGemmScalingEachSequence) {
+  OCTET_REQUIRE_CUDA_DEVICE();
+  std::vector<std::string> said;
+  CublasLtGemm::Options options;
+  options.on_fallback = [&](const std::string& m) { said.push_back(m); };
+  auto gemm = CublasLtGemm::Create(options);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const std::vector<int64_t> sizes = {1, 7, 32};
+  const std::vector<float> group_scales = {0.5f, 0.03f, 2.0f};
+  const float sb = 0.25f;
+  const Shape s{40, 1024, 512};
+  std::vector<int32_t> row_group;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    row_group.insert(row_group.end(), sizes[g], static_cast<int32_t>(g));
+  }
+  const auto qa = RandomCodes(s.m * s.k, 11);
+  const auto qb = RandomCodes(s.n * s.k, 12);
+  DeviceBuffer da(qa.size()), db(qb.size()), dy(s.m * s.n * 4), dsa(16), dsb(4),
+      drows(s.m * 4);
+  ASSERT_TRUE(CopyToDevice(qa, da.get()) && CopyToDevice(qb, db.get()));
+  ASSERT_TRUE(CopyToDevice(group_scales, dsa.get()));
+  ASSERT_TRUE(CopyToDevice(std::vector<float>{sb}, dsb.get()));
+  ASSERT_TRUE(CopyToDevice(row_group, drows.get()));
+  for (bool y_bf16 : {false, true}) {
+    const absl::Status st = (*gemm)->E4m3RowGroups(
+        da.get<uint8_t>(), dsa.get<float>(), drows.get<int32_t>(),
+        db.get<uint8_t>(), dsb.get<float>(), s.m, s.n, s.k, dy.get(),
+        y_bf16 ? DType::kBf16 : DType::kF32, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    OCTET_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ((*gemm)->LastPath(), CublasLtGemm::Path::kCublasLt);
+    const std::vector<float> y = DeviceOutput(dy.get(), y_bf16, s);
+    int64_t first = 0;
+    for (size_t g = 0; g < sizes.size(); ++g) {
+      const Shape part{sizes[g], s.n, s.k};
+      const std::vector<float> rows(y.begin() + first * s.n,
+                                    y.begin() + (first + sizes[g]) * s.n);
+      auto a = [&](int64_t i) { return DecodeE4m3(qa[first * s.k + i]); };
+      auto b = [&](int64_t i) { return DecodeE4m3(qb[i]); };
+      double max_rel = 0;
+      ExpectGemmClose(rows, part, a, b, double(group_scales[g] * sb), y_bf16,
+                      kFp8TensorCoreRel, "e4m3 row groups", &max_rel);
+      Report(y_bf16 ? "row groups->bf16" : "row groups->f32", part, max_rel);
+      first += sizes[g];
+    }
+  }
+  EXPECT_TRUE(said.empty()) << said[0];
+}
+
 // K = 0 is an empty sum: every entry point writes zeros over what was there
 // and never asks cuBLASLt (whose layouts cannot have zero rows).
 TEST(CudaGemm, EmptyKGivesZerosOnEveryEntryPoint) {

@@ -1,0 +1,226 @@
+// A Backend that captures work as CUDA graphs do, around a real backend
+// (the CPU's): between BeginCapture and EndCapture each operation is recorded
+// with its arguments instead of run, and Replay runs the recording again.
+// Like stream capture, it refuses host work while capturing (Allocate,
+// copies, Synchronize, Sample), and a replay reads whatever the named
+// buffers hold then.
+//
+// Why: LlamaModel's decode graphs (padding, fixed buffers, buckets,
+// invalidation) are host bookkeeping that must be right before a GPU ever
+// runs them; with this backend the CPU tests run that bookkeeping exactly
+// as the CUDA backend would, and compare with the model run eagerly.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+
+namespace octet::testing {
+
+class CapturingBackend : public Backend {
+ public:
+  explicit CapturingBackend(std::unique_ptr<Backend> inner)
+      : inner_(std::move(inner)) {}
+
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+  // Fail the next capture's EndCapture (a capture CUDA refuses).
+  void FailNextCapture() { fail_next_ = true; }
+
+  DeviceKind kind() const override { return inner_->kind(); }
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
+  std::string Describe() const override {
+    return "capturing " + inner_->Describe();
+  }
+  int64_t max_head_dim() const override { return inner_->max_head_dim(); }
+  bool has_block_sums() const override { return inner_->has_block_sums(); }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (capturing_) return Refuse("Allocate");
+    return inner_->Allocate(bytes);
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t n) override {
+    if (capturing_) return Refuse("CopyToDevice");
+    return inner_->CopyToDevice(dst, src, n);
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t n) override {
+    if (capturing_) return Refuse("CopyToHost");
+    return inner_->CopyToHost(dst, src, n);
+  }
+  absl::Status Synchronize() override {
+    if (capturing_) return Refuse("Synchronize");
+    return inner_->Synchronize();
+  }
+  absl::Status Sample(const float* logits, int64_t vocab,
+                      absl::Span<const SampleRow> rows,
+                      SampledToken* out) override {
+    if (capturing_) return Refuse("Sample");
+    return inner_->Sample(logits, vocab, rows, out);
+  }
+
+  bool can_capture() const override { return true; }
+  absl::Status BeginCapture() override {
+    if (capturing_) return Refuse("BeginCapture");
+    capturing_ = true;
+    recording_.clear();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture() override {
+    if (!capturing_) return absl::FailedPreconditionError("no capture");
+    capturing_ = false;
+    if (fail_next_) {
+      fail_next_ = false;
+      return absl::InternalError("capture refused (CapturingBackend)");
+    }
+    ++captures_;
+    return std::unique_ptr<CapturedWork>(
+        new Recording(this, std::move(recording_)));
+  }
+
+  // Device work: run now, or recorded while capturing. Arguments are taken
+  // by value (pointers included), as a graph takes a kernel's arguments.
+  absl::Status Embedding(const void* table, DType dt, int64_t rows,
+                         int64_t cols, int64_t row_begin, const int32_t* ids,
+                         int64_t n, void* out) override {
+    return Do([=, this] {
+      return inner_->Embedding(table, dt, rows, cols, row_begin, ids, n, out);
+    });
+  }
+  absl::Status RmsNorm(const void* x, const float* w, int64_t rows,
+                       int64_t cols, float eps, void* out) override {
+    return Do(
+        [=, this] { return inner_->RmsNorm(x, w, rows, cols, eps, out); });
+  }
+  absl::Status Add(void* x, const void* y, int64_t count) override {
+    return Do([=, this] { return inner_->Add(x, y, count); });
+  }
+  absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
+                    int64_t stride, const int32_t* positions,
+                    const float* inv_freq) override {
+    return Do([=, this] {
+      return inner_->Rope(x, rows, heads, head_dim, stride, positions,
+                          inv_freq);
+    });
+  }
+  absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
+                       void* out) override {
+    return Do([=, this] { return inner_->SiluMul(x, rows, cols, out); });
+  }
+  absl::Status WriteKv(const void* k, const void* v, int64_t stride,
+                       int64_t kv_heads, int64_t head_dim,
+                       const AttentionMetadata& meta, void* kc,
+                       void* vc) override {
+    return Do([=, this] {
+      return inner_->WriteKv(k, v, stride, kv_heads, head_dim, meta, kc, vc);
+    });
+  }
+  absl::Status Attention(const void* q, int64_t stride, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim,
+                         const AttentionMetadata& meta, const void* kc,
+                         const void* vc, void* out) override {
+    return Do([=, this] {
+      return inner_->Attention(q, stride, heads, kv_heads, head_dim, meta, kc,
+                               vc, out);
+    });
+  }
+  absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
+                    DType y_dtype) override {
+    const LinearWeight* pw = &w;
+    return Do([=, this] { return inner_->Gemm(x, rows, *pw, y, y_dtype); });
+  }
+  absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
+                      const RowGroups& groups, float* absmax) override {
+    return Do(
+        [=, this] { return inner_->AbsMax(x, rows, cols, groups, absmax); });
+  }
+  absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
+                        const RowGroups& groups, const float* absmax,
+                        uint8_t* q, float* scale) override {
+    return Do([=, this] {
+      return inner_->Quantize(x, rows, cols, groups, absmax, q, scale);
+    });
+  }
+  absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
+                              uint8_t* q) override {
+    return Do([=, this] { return inner_->QuantizeStatic(x, count, scale, q); });
+  }
+  absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
+                        const RowGroups& groups, int64_t rows,
+                        const LinearWeight& w, void* y) override {
+    const LinearWeight* pw = &w;
+    return Do([=, this] {
+      return inner_->GemmE4m3(q, q_scale, groups, rows, *pw, y);
+    });
+  }
+  absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
+                             int64_t k_blocks, float* sums) override {
+    const LinearWeight* pw = &w;
+    return Do([=, this] {
+      return inner_->GemmBlockSums(x, rows, *pw, k_blocks, sums);
+    });
+  }
+  absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
+                         const RowGroups& groups, const LinearWeight& w,
+                         void* y) override {
+    const LinearWeight* pw = &w;
+    return Do([=, this] {
+      return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y);
+    });
+  }
+  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
+                      int32_t* out) override {
+    return Do([=, this] { return inner_->Argmax(x, rows, cols, out); });
+  }
+  absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
+                          int64_t n, void* out) override {
+    return Do([=, this] { return inner_->GatherRows(x, cols, rows, n, out); });
+  }
+
+ protected:
+  void Free(void*) override {}  // buffers belong to the inner backend
+
+ private:
+  using Op = std::function<absl::Status()>;
+
+  class Recording : public CapturedWork {
+   public:
+    Recording(CapturingBackend* backend, std::vector<Op> ops)
+        : backend_(backend), ops_(std::move(ops)) {}
+    absl::Status Replay() override {
+      if (backend_->capturing_) return backend_->Refuse("Replay");
+      ++backend_->replays_;
+      for (const Op& op : ops_) {
+        if (absl::Status s = op(); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    }
+
+   private:
+    CapturingBackend* backend_;
+    std::vector<Op> ops_;
+  };
+
+  absl::Status Do(Op op) {
+    if (!capturing_) return op();
+    recording_.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+  absl::Status Refuse(const char* what) const {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " while capturing work"));
+  }
+
+  std::unique_ptr<Backend> inner_;
+  bool capturing_ = false;
+  bool fail_next_ = false;
+  std::vector<Op> recording_;
+  int64_t captures_ = 0, replays_ = 0;
+};
+
+}  // namespace octet::testing

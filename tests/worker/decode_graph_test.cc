@@ -1,0 +1,249 @@
+// Decode graphs (LlamaModel, ModelOptions::graph_max_batch): the host
+// bookkeeping of captured decodes, run on the CPU through CapturingBackend,
+// which records and replays work as CUDA graphs do. A model run through
+// captures must give what the same model gives run eagerly, bit for bit:
+// tokens, logits and the KV cache (padding rows write nothing). Buckets,
+// warm-up before capture, invalidation when buffers move or the cache
+// changes, and a refused capture are each checked.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/backend.h"
+#include "model/synthetic.h"
+#include "tests/worker/capturing_backend.h"
+#include "worker/generator.h"
+#include "worker/llama_model.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CapturingBackend;
+
+TEST(DecodeGraphBucket, PowersOfTwoToEightThenMultiplesOfEight) {
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {1, 1},  {2, 2},   {3, 4},   {4, 4},   {5, 8},   {8, 8},
+      {9, 16}, {16, 16}, {17, 24}, {33, 40}, {63, 64}, {64, 64}};
+  for (auto [batch, bucket] : want) {
+    EXPECT_EQ(DecodeGraphBucket(batch, 64), bucket) << batch;
+  }
+  EXPECT_EQ(DecodeGraphBucket(65, 64), 0);  // above the largest: no graph
+  EXPECT_EQ(DecodeGraphBucket(0, 64), 0);
+  EXPECT_EQ(DecodeGraphBucket(17, 20), 20);  // never above the largest
+  EXPECT_EQ(DecodeGraphBucket(1, 0), 0);     // graphs off
+}
+
+class DecodeGraphTest : public ::testing::TestWithParam<LinearMethod> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        absl::StrCat("octet_graph_", ::getpid()));
+    ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset("tiny-mistral"),
+                                         {.seed = 5}, dir_->string())
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  void SetUp() override {
+    auto ckpt = Checkpoint::Open(dir_->string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = *std::move(ckpt);
+    eager_backend_ = NewCpuBackend({.num_threads = 1});
+    auto capturing =
+        std::make_unique<CapturingBackend>(NewCpuBackend({.num_threads = 1}));
+    capturing_ = capturing.get();
+    graph_backend_ = std::move(capturing);
+    eager_ = Load(*eager_backend_, 8);
+    graphed_ = Load(*graph_backend_, 8);
+  }
+
+  std::unique_ptr<LlamaModel> Load(Backend& backend, int64_t max_batch) {
+    ModelOptions o;
+    o.method = GetParam();
+    o.cpu.num_threads = 1;
+    o.graph_max_batch = max_batch;
+    auto m = LlamaModel::Load(*ckpt_, backend, o);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+
+  std::unique_ptr<KvCache> Cache(LlamaModel& m) {
+    auto c = m.NewKvCache({.block_size = 4, .num_blocks = 128});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  // Five sequences that stop one after another, so that decodes run at
+  // batch sizes 5, 4, 3, 2 and 1 (buckets 8, 4, 4, 2, 1); greedy and drawn.
+  static std::vector<GenerationRequest> Requests() {
+    std::vector<GenerationRequest> r;
+    for (int i = 0; i < 5; ++i) {
+      GenerationRequest q;
+      for (int t = 0; t < 3 + 4 * i; ++t) {
+        q.prompt.push_back(static_cast<int32_t>((t * 37 + i + 1) % 384));
+      }
+      q.max_new_tokens = 4 + 3 * i;
+      q.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      q.sampling.seed = 100 + i;
+      r.push_back(q);
+    }
+    return r;
+  }
+
+  // Fills every K and V slot of every layer with one byte, so that slots
+  // nobody wrote compare equal.
+  static void Fill(Backend& backend, const KvCache& cache, int64_t layers) {
+    const std::vector<uint8_t> pool(cache.bytes() / (2 * layers), 0xA5);
+    for (int64_t l = 0; l < layers; ++l) {
+      for (void* p : {cache.k(l), cache.v(l)}) {
+        ASSERT_TRUE(backend.CopyToDevice(p, pool.data(), pool.size()).ok());
+      }
+    }
+  }
+
+  // Every K and V slot of every layer, as bytes.
+  static std::vector<uint8_t> Pools(Backend& backend, const KvCache& cache,
+                                    int64_t layers) {
+    std::vector<uint8_t> all;
+    const size_t bytes = cache.bytes() / (2 * layers);
+    std::vector<uint8_t> pool(bytes);
+    for (int64_t l = 0; l < layers; ++l) {
+      for (const void* p : {cache.k(l), cache.v(l)}) {
+        EXPECT_TRUE(backend.CopyToHost(pool.data(), p, bytes).ok());
+        all.insert(all.end(), pool.begin(), pool.end());
+      }
+    }
+    return all;
+  }
+
+  static fs::path* dir_;
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<Backend> eager_backend_, graph_backend_;
+  CapturingBackend* capturing_ = nullptr;
+  std::unique_ptr<LlamaModel> eager_, graphed_;
+};
+
+fs::path* DecodeGraphTest::dir_ = nullptr;
+
+TEST_P(DecodeGraphTest, GenerationThroughCapturesIsTheEagerOneBitForBit) {
+  ASSERT_NE(eager_, nullptr);
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  const int64_t layers = eager_->config().num_layers;
+  Fill(*eager_backend_, *eager_cache, layers);
+  Fill(*graph_backend_, *graph_cache, layers);
+  auto want = Generate(*eager_, *eager_cache, Requests());
+  auto got = Generate(*graphed_, *graph_cache, Requests());
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < want->size(); ++i) {
+    EXPECT_EQ((*got)[i].tokens, (*want)[i].tokens) << "request " << i;
+  }
+  // Buckets 8, 4, 2, 1: each warmed up once; 4 (batch 4 then 3) and 2 and 1
+  // run often enough to be captured and replayed.
+  const GraphStats& stats = graphed_->graph_stats();
+  EXPECT_EQ(stats.warmups, 4);
+  EXPECT_GE(stats.captures, 3);
+  EXPECT_GT(stats.replays, 10);
+  EXPECT_EQ(capturing_->captures(), stats.captures);
+  EXPECT_EQ(capturing_->replays(), stats.replays);
+  // The eager backend cannot capture: its model never tries.
+  EXPECT_EQ(eager_->graph_stats().warmups, 0);
+  // Padding rows (slot -1) wrote nothing: the caches hold the same bytes.
+  EXPECT_EQ(Pools(*graph_backend_, *graph_cache, layers),
+            Pools(*eager_backend_, *eager_cache, layers));
+}
+
+// Decode steps of `n` sequences after their prompts, on both models, with
+// each model's logits compared; returns false on a failure.
+void DecodeBoth(LlamaModel& eager, KvCache& eager_cache, LlamaModel& graphed,
+                KvCache& graph_cache, int n, int steps, int prompt_len) {
+  std::vector<std::vector<int32_t>> te(n), tg(n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(eager_cache.Reserve(prompt_len + steps, &te[i]).ok());
+    ASSERT_TRUE(graph_cache.Reserve(prompt_len + steps, &tg[i]).ok());
+  }
+  std::vector<float> le, lg;
+  for (int step = 0; step <= steps; ++step) {
+    std::vector<SequenceStep> se, sg;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> tokens;
+      if (step == 0) {
+        for (int t = 0; t < prompt_len; ++t) tokens.push_back((t + i) % 300);
+      } else {
+        tokens = {static_cast<int32_t>((step * 7 + i) % 300)};
+      }
+      const int64_t start = step == 0 ? 0 : prompt_len + step - 1;
+      se.push_back({tokens, start, &te[i]});
+      sg.push_back({tokens, start, &tg[i]});
+    }
+    ASSERT_TRUE(eager.Forward(se, eager_cache, &le).ok());
+    ASSERT_TRUE(graphed.Forward(sg, graph_cache, &lg).ok());
+    ASSERT_EQ(lg, le) << "step " << step;
+  }
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(eager_cache.Release(&te[i]).ok());
+    ASSERT_TRUE(graph_cache.Release(&tg[i]).ok());
+  }
+}
+
+TEST_P(DecodeGraphTest, CapturesAreDroppedWhenBuffersMoveOrTheCacheChanges) {
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  DecodeBoth(*eager_, *eager_cache, *graphed_, *graph_cache, 3, 4, 5);
+  const GraphStats before = graphed_->graph_stats();
+  EXPECT_EQ(before.captures, 1);  // bucket 4: warm-up, capture, replays
+  EXPECT_EQ(before.replays, 3);
+  // A prefill longer than any before grows the activations: the capture
+  // named the old buffers and is dropped, then made again.
+  DecodeBoth(*eager_, *eager_cache, *graphed_, *graph_cache, 3, 4, 90);
+  EXPECT_EQ(graphed_->graph_stats().invalidations, before.invalidations + 1);
+  EXPECT_EQ(graphed_->graph_stats().captures, 2);
+  // Another cache: its pools are elsewhere, so captures start over.
+  auto other_eager = Cache(*eager_);
+  auto other_graph = Cache(*graphed_);
+  DecodeBoth(*eager_, *other_eager, *graphed_, *other_graph, 3, 4, 5);
+  EXPECT_EQ(graphed_->graph_stats().invalidations, before.invalidations + 2);
+  EXPECT_EQ(graphed_->graph_stats().captures, 3);
+}
+
+TEST_P(DecodeGraphTest, ARefusedCaptureLeavesItsBucketEager) {
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  capturing_->FailNextCapture();
+  DecodeBoth(*eager_, *eager_cache, *graphed_, *graph_cache, 2, 6, 5);
+  EXPECT_EQ(graphed_->graph_stats().captures, 0);
+  EXPECT_EQ(graphed_->graph_stats().replays, 0);
+}
+
+TEST_P(DecodeGraphTest, BatchesAboveTheLargestBucketRunEagerly) {
+  graphed_ = Load(*graph_backend_, 2);
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  DecodeBoth(*eager_, *eager_cache, *graphed_, *graph_cache, 3, 4, 5);
+  EXPECT_EQ(graphed_->graph_stats().warmups, 0);
+  EXPECT_EQ(graphed_->graph_stats().replays, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, DecodeGraphTest,
+                         ::testing::Values(LinearMethod::kNone,
+                                           LinearMethod::kFp8),
+                         [](const auto& info) {
+                           return info.param == LinearMethod::kFp8
+                                      ? std::string("Fp8")
+                                      : std::string("None");
+                         });
+
+}  // namespace
+}  // namespace octet
