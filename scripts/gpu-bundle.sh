@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-check.sh runs on a GPU machine into .gpu-bundle/:
-# the `gpu` test programs and bench_gemm built here, and the non-CUDA shared
-# libraries they load (abseil, OpenMP, the C++ runtime). The GPU machine
-# brings its own driver and CUDA 13 libraries (cuBLASLt); the CUDA runtime
-# is linked statically.
+# every `gpu`-labelled test program (as ctest lists them), the benchmarks
+# (bench_gemm, bench_decode, bench_serving with the coordinator and worker
+# it starts), the octet CLI (make-model), and the non-CUDA shared libraries
+# they load (abseil, gRPC, protobuf, OpenMP, Gloo, the C++ runtime...).
 #
-#   scripts/gpu-bundle.sh            # builds first (make build)
-#   then, on the GPU machine:  .gpu-bundle/gpu-check.sh
+# CUDA's own libraries do not travel: libcublasLt.so.13 alone is 540 MB and
+# the bundle must fit, with the working tree, in the 64 MiB that goes to the
+# GPU machine. That machine brings its driver (libcuda.so.1), cuBLASLt and
+# NCCL (its CUDA 13 toolkit, or the pip packages nvidia-cublas and
+# nvidia-nccl-cu13 in its Python venv); gpu-check.sh finds them and says
+# which are missing. The CUDA runtime is linked statically.
+#
+# The C++ runtime (libstdc++, libgcc_s) goes in lib/cxx/, apart: Debian 12's
+# libstdc++ needs glibc 2.36, so on an older system (Ubuntu 22.04: 2.35)
+# gpu-check.sh uses the system's instead. The C library family itself never
+# travels.
+#
+#   flock /tmp/octet-build.lock scripts/gpu-bundle.sh   # builds first (make build)
+#   then, on the GPU machine:  .gpu-bundle/gpu-check.sh [OUTPUT_DIR]
+#
+# The programs and libraries (~60 MiB) travel as payload.tar.gz (~22 MiB),
+# which gpu-check.sh unpacks into a temporary folder. Prints the bundle's
+# size and fails above 48 MiB (the rest of the 64 MiB is the working tree's
+# and headroom).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+max_bytes=$((48 << 20))
 
 make build
 if [ ! -x build/bin/cuda_gemm_test ]; then
@@ -16,30 +35,70 @@ if [ ! -x build/bin/cuda_gemm_test ]; then
   exit 1
 fi
 
+# The gpu-labelled test programs, from ctest's own list (each program once).
+mapfile -t gpu_tests < <(ctest --test-dir build -N -V -L gpu 2>/dev/null |
+  awk '/Test command:/ {print $4}' | xargs -r -n1 basename | sort -u)
+if [ "${#gpu_tests[@]}" -eq 0 ]; then
+  echo "gpu-bundle: ctest lists no gpu-labelled tests in build/" >&2
+  exit 1
+fi
+
 out=.gpu-bundle
+stage="$out/stage"  # what payload.tar.gz holds: bin/ and lib/
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
-# Every gpu-labelled test program, the benchmarks and the CLI.
-programs=(bench_gemm bench_decode octet)
-for t in build/bin/*_test; do
-  case "$(basename "$t")" in *cuda*|*nccl*|backend_table_test) programs+=("$(basename "$t")") ;; esac
-done
-for p in "${programs[@]}"; do cp "build/bin/$p" "$out/bin/"; done
+mkdir -p "$stage/bin" "$stage/lib/cxx"
+programs=(bench_gemm bench_decode bench_serving coordinator worker octet
+  "${gpu_tests[@]}")
+for p in "${programs[@]}"; do cp "build/bin/$p" "$stage/bin/"; done
 # SentencePiece is a module the programs load from their own folder
 # (model/sentencepiece_bridge.h).
-cp build/bin/liboctet_sentencepiece.so "$out/bin/"
+cp build/bin/liboctet_sentencepiece.so "$stage/bin/"
 programs+=(liboctet_sentencepiece.so)
 cp scripts/gpu-check.sh "$out/"
+printf '%s\n' "${gpu_tests[@]}" > "$out/gpu-tests.txt"
 
-# Shared libraries to carry: everything ldd resolves except the C library
-# family (the GPU machine's is newer and compatible) and CUDA's own.
+# Shared libraries to carry: everything ldd resolves but the C library
+# family (the GPU machine's own) and CUDA's (too big; the machine has them).
+# CUDA libraries the programs need are listed for gpu-check.sh's report.
+: > "$out/cuda-libs.txt"
 for p in "${programs[@]}"; do
-  ldd "build/bin/$p" | awk '/=> \// {print $3}'
-done | sort -u | while read -r lib; do
-  case "$(basename "$lib")" in
+  ldd "build/bin/$p" | awk '/=> / {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*) ;;
-    libcuda.so*|libcudart*|libcublas*|libnccl*|libnvJitLink*) ;;
-    *) cp -L "$lib" "$out/lib/" ;;
+    libcuda.so*|libcudart*|libcublas*|libnccl*|libnvJitLink*|libnvrtc*)
+      echo "$name" >> "$out/cuda-libs.txt" ;;
+    libstdc++.so*|libgcc_s.so*) cp -L "$path" "$stage/lib/cxx/" ;;
+    *)
+      if [ ! -f "$path" ]; then
+        echo "gpu-bundle: $name not found here (ldd: $path)" >&2
+        exit 1
+      fi
+      cp -L "$path" "$stage/lib/" ;;
   esac
 done
-du -sh "$out"
+sort -u -o "$out/cuda-libs.txt" "$out/cuda-libs.txt"
+mapfile -t cuda_libs < "$out/cuda-libs.txt"
+
+{
+  echo "bundle made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  echo "built with nvcc $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
+  echo "CUDA libraries the GPU machine must have: ${cuda_libs[*]}"
+  echo "programs: ${programs[*]}"
+} > "$out/bundle.txt"
+
+unpacked=$(du -sb "$stage" | cut -f1)
+libraries=$(find "$stage/lib" -type f | wc -l)
+tar czf "$out/payload.tar.gz" -C "$stage" bin lib
+rm -rf "$stage"
+
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+bytes=$(du -sb "$out" | cut -f1)
+echo "gpu-bundle: $out: ${#programs[@]} programs and $libraries libraries, $(mib "$unpacked") unpacked; the bundle is $(mib "$bytes") (at most $((max_bytes >> 20)) MiB)"
+echo "gpu-bundle: the GPU machine must provide: ${cuda_libs[*]} and libcuda.so.1 (the driver)"
+if [ "$bytes" -gt "$max_bytes" ]; then
+  echo "gpu-bundle: FAILED: $out is $((bytes >> 20)) MiB, over the $((max_bytes >> 20)) MiB limit (it travels with the working tree in 64 MiB)" >&2
+  exit 1
+fi

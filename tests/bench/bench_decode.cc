@@ -1,11 +1,18 @@
 // bench_decode: decode speed of one checkpoint with unquantized vs FP8
 // linear layers, measured side by side in one process: both models are
-// loaded, prefilled with the same prompt, then decode steps alternate
-// between them (A B A B ...) so that a noisy or drifting machine affects
-// both alike. Prints each one's median ms per token and the speedup.
+// loaded once, then for each --batch size both are prefilled with the same
+// prompts and decode steps alternate between them (A B A B ...) so that a
+// noisy or drifting machine affects both alike. Prints, per batch size, each
+// one's median ms per step and tokens/s and the FP8 speedup (fp8 tokens/s
+// over none's), then one table of every batch size. "none" runs the
+// checkpoint's weights unquantized: BF16 GEMMs for a bf16 checkpoint (on the
+// GPU against cuBLASLt's BF16, the baseline FP8 has to beat).
+//
+// Loading a large model dominates the run (the mistral-7b preset is 14 GB,
+// loaded twice), so one process measures every batch size.
 //
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
-//                [--prompt_tokens 16] [--batch 1]
+//                [--prompt_tokens 16] [--batch 1,8,32]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,16 +22,20 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "worker/backends.h"
+#include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
+#include "worker/backends.h"
 #include "worker/llama_model.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
-ABSL_FLAG(int32_t, steps, 32, "timed decode steps per model");
+ABSL_FLAG(int32_t, steps, 32, "timed decode steps per model and batch size");
 ABSL_FLAG(int32_t, prompt_tokens, 16, "prompt length before decoding");
-ABSL_FLAG(int32_t, batch, 1, "sequences decoded together");
+ABSL_FLAG(std::string, batch, "1",
+          "sequences decoded together; a comma-separated list measures each "
+          "size in turn with the models loaded once");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
 
 namespace octet {
@@ -32,12 +43,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One model and the KV cache of the batch size being measured.
 struct Runner {
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<KvCache> cache;
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<double> step_ms;
+  const char* name = "";
+  std::unique_ptr<LlamaModel> model = nullptr;
+  std::unique_ptr<KvCache> cache = nullptr;
+  std::vector<std::vector<int32_t>> tables = {};
+  std::vector<double> step_ms = {};
   int64_t position = 0;
+};
+
+// What one batch size measured.
+struct Result {
+  int batch;
+  double none_ms, fp8_ms;  // median per step
 };
 
 int Fail(const absl::Status& s) {
@@ -50,6 +73,25 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// A fresh cache holding `batch` sequences of `tokens` tokens.
+absl::Status NewCache(Runner& r, int batch, int64_t tokens) {
+  r.tables.clear();
+  r.cache.reset();  // the previous batch size's, freed first
+  r.step_ms.clear();
+  r.position = 0;
+  const int64_t blocks = batch * ((tokens + 15) / 16);
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      r.model->NewKvCache({.block_size = 16, .num_blocks = blocks});
+  if (!cache.ok()) return cache.status();
+  r.cache = *std::move(cache);
+  r.tables.resize(batch);
+  for (auto& t : r.tables) {
+    absl::Status s = r.cache->Reserve(tokens, &t);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "decode speed, unquantized vs FP8, side by side");
@@ -57,12 +99,22 @@ int Main(int argc, char** argv) {
   const std::string dir = absl::GetFlag(FLAGS_model);
   const int steps = absl::GetFlag(FLAGS_steps),
             prompt = absl::GetFlag(FLAGS_prompt_tokens),
-            batch = absl::GetFlag(FLAGS_batch),
             threads = absl::GetFlag(FLAGS_threads);
-  if (dir.empty() || steps < 1 || prompt < 1 || batch < 1 || threads < 0) {
+  std::vector<int> batches;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_batch), ',')) {
+    int b = 0;
+    if (!absl::SimpleAtoi(part, &b) || b < 1 || b > 4096) {
+      batches.clear();
+      break;
+    }
+    batches.push_back(b);
+  }
+  if (dir.empty() || steps < 1 || prompt < 1 || batches.empty() ||
+      threads < 0) {
     std::fprintf(stderr,
-                 "bench_decode: needs --model DIR and positive --steps, "
-                 "--prompt_tokens, --batch\n");
+                 "bench_decode: needs --model DIR, positive --steps and "
+                 "--prompt_tokens, and --batch sizes in [1, 4096]\n");
     return 2;
   }
   const CpuKernelOptions cpu{.isa = CpuIsa::kAuto, .num_threads = threads};
@@ -72,72 +124,89 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return Fail(ckpt.status());
   const ModelConfig& c = (*ckpt)->config();
-  if (prompt + steps + 1 > c.max_position_embeddings) {
+  const int64_t tokens = prompt + steps + 1;
+  if (tokens > c.max_position_embeddings) {
     return Fail(
         absl::InvalidArgumentError("prompt + steps exceed the context"));
   }
-  Runner runners[2];
-  const char* names[2] = {"none", "fp8"};
+  Runner runners[2] = {{.name = "none"}, {.name = "fp8"}};
+  double load_s[2];
   for (int i = 0; i < 2; ++i) {
     ModelOptions o;
     o.method = i == 0 ? LinearMethod::kNone : LinearMethod::kFp8;
     o.cpu = cpu;
+    const auto t0 = Clock::now();
     absl::StatusOr<std::unique_ptr<LlamaModel>> m =
         LlamaModel::Load(**ckpt, **backend, o);
     if (!m.ok()) return Fail(m.status());
+    load_s[i] = SecondsSince(t0);
     runners[i].model = *std::move(m);
-    const int64_t blocks = batch * ((prompt + steps + 1 + 15) / 16);
-    absl::StatusOr<std::unique_ptr<KvCache>> cache =
-        runners[i].model->NewKvCache({.block_size = 16, .num_blocks = blocks});
-    if (!cache.ok()) return Fail(cache.status());
-    runners[i].cache = *std::move(cache);
-    runners[i].tables.resize(batch);
-    for (auto& t : runners[i].tables) {
-      absl::Status s = runners[i].cache->Reserve(prompt + steps + 1, &t);
-      if (!s.ok()) return Fail(s);
-    }
   }
   std::fprintf(stderr,
-               "bench_decode: %s on %s, weights none %.2f GiB, fp8 %.2f GiB\n",
+               "bench_decode: %s on %s, weights none %.2f GiB (loaded in "
+               "%.1f s), fp8 %.2f GiB (loaded in %.1f s)\n",
                dir.c_str(), (*backend)->Describe().c_str(),
-               runners[0].model->WeightBytes() / double(1 << 30),
-               runners[1].model->WeightBytes() / double(1 << 30));
+               runners[0].model->WeightBytes() / double(1 << 30), load_s[0],
+               runners[1].model->WeightBytes() / double(1 << 30), load_s[1]);
   std::vector<float> logits;
+  int batch = 0;
   auto step = [&](Runner& r, int64_t count) -> absl::Status {
     std::vector<SequenceStep> seqs;
     for (int b = 0; b < batch; ++b) {
-      std::vector<int32_t> tokens;
+      std::vector<int32_t> ids;
       for (int64_t t = 0; t < count; ++t) {
-        tokens.push_back(static_cast<int32_t>((r.position + t) * 7 + b * 131) %
-                         c.vocab_size);
+        ids.push_back(static_cast<int32_t>((r.position + t) * 7 + b * 131) %
+                      c.vocab_size);
       }
-      seqs.push_back({tokens, r.position, &r.tables[b]});
+      seqs.push_back({ids, r.position, &r.tables[b]});
     }
     absl::Status s = r.model->Forward(seqs, *r.cache, &logits);
     r.position += count;
     return s;
   };
-  for (Runner& r : runners) {
-    absl::Status s = step(r, prompt);  // prefill
-    if (!s.ok()) return Fail(s);
-  }
-  for (int s = 0; s < steps; ++s) {
+  std::vector<Result> results;
+  for (const int b : batches) {
+    batch = b;
     for (Runner& r : runners) {
-      const auto t0 = Clock::now();
-      absl::Status st = step(r, 1);
-      if (!st.ok()) return Fail(st);
-      r.step_ms.push_back(
-          std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      absl::Status s = NewCache(r, batch, tokens);
+      if (s.ok()) s = step(r, prompt);  // prefill
+      if (!s.ok()) return Fail(s);
+    }
+    for (int s = 0; s < steps; ++s) {
+      for (Runner& r : runners) {
+        const auto t0 = Clock::now();
+        absl::Status st = step(r, 1);
+        if (!st.ok()) return Fail(st);
+        r.step_ms.push_back(SecondsSince(t0) * 1e3);
+      }
+    }
+    const Result got{batch, Median(runners[0].step_ms),
+                     Median(runners[1].step_ms)};
+    results.push_back(got);
+    if (batches.size() > 1) std::printf("batch %d:\n", batch);
+    for (const Runner& r : runners) {
+      const double ms = Median(r.step_ms);
+      std::printf(
+          "%-5s median %.2f ms per step (%d sequences) = %.2f tokens/s\n",
+          r.name, ms, batch, batch * 1e3 / ms);
+    }
+    std::printf("fp8 decode speedup over none: %.2fx (batch %d)\n",
+                got.none_ms / got.fp8_ms, batch);
+    std::fflush(stdout);
+  }
+  for (Runner& r : runners) {
+    r.tables.clear();
+    r.cache.reset();
+  }
+  if (results.size() > 1) {
+    std::printf("\n%6s %12s %12s %12s %12s %9s\n", "batch", "none_ms/step",
+                "fp8_ms/step", "none_tok/s", "fp8_tok/s", "fp8/none");
+    for (const Result& r : results) {
+      std::printf("%6d %12.2f %12.2f %12.1f %12.1f %8.2fx\n", r.batch,
+                  r.none_ms, r.fp8_ms, r.batch * 1e3 / r.none_ms,
+                  r.batch * 1e3 / r.fp8_ms, r.none_ms / r.fp8_ms);
     }
   }
-  const double none = Median(runners[0].step_ms),
-               fp8 = Median(runners[1].step_ms);
-  for (int i = 0; i < 2; ++i) {
-    const double ms = Median(runners[i].step_ms);
-    std::printf("%-5s median %.2f ms per step (%d sequences) = %.2f tokens/s\n",
-                names[i], ms, batch, batch * 1e3 / ms);
-  }
-  std::printf("fp8 decode speedup over none: %.2fx\n", none / fp8);
   return 0;
 }
 

@@ -17,6 +17,13 @@
 // Every timed call reads a different copy of the weights, cycling through at
 // least --rotate_mib, so weights stream from memory as they do when serving a
 // whole model, instead of sitting in a cache that holds one layer.
+//
+// On the GPU a GEMM cuBLASLt cannot serve runs on octet's simple fallback
+// kernel (kernels/cuda/gemm.h), which is far slower: each cell records which
+// path its BF16 and FP8 GEMMs took (CublasLtGemm::LastPath after the timed
+// call), the CSV in its path columns, the table as a `*` on the time with a
+// footnote, so that a fallback number is never read as cuBLASLt's.
+// --csv_out writes the CSV to a file in the same run as the table.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,6 +83,9 @@ ABSL_FLAG(int64_t, rotate_mib, 1024,
           "rotate each dtype's weights over copies totalling at least this "
           "many MiB (0: one copy, cache-warm numbers)");
 ABSL_FLAG(std::string, format, "table", "table or csv");
+ABSL_FLAG(std::string, csv_out, "",
+          "also write the rows as CSV (the --format=csv columns) to this "
+          "file, in the same run");
 
 namespace octet::bench {
 namespace {
@@ -84,10 +94,18 @@ struct Shape {
   int64_t n, k;
 };
 
+// Which GEMM served a timed call: "cpu" on the CPU backend; on the GPU
+// CublasLtGemm::PathName: "cublaslt" or "fallback".
+constexpr char kFallbackPath[] = "fallback";
+
 struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
   double bytes = 0;  // compulsory traffic of the fp8_quant call
+  std::string bf16_path = {}, fp8_path = {};  // fp8's covers fp8_quant
+  bool Fallback() const {
+    return bf16_path == kFallbackPath || fp8_path == kFallbackPath;
+  }
 };
 
 struct Config {
@@ -101,6 +119,7 @@ struct Config {
   CpuIsa cpu_isa;
   int64_t rotate_bytes;
   bool csv;
+  std::string csv_out;
 };
 
 // ---------------------------------------------------------------- flags
@@ -179,6 +198,7 @@ absl::StatusOr<Config> ParseFlags() {
         absl::StrCat("--format: '", format, "' is not table or csv"));
   }
   c.csv = format == "csv";
+  c.csv_out = absl::GetFlag(FLAGS_csv_out);
   return c;
 }
 
@@ -378,6 +398,7 @@ class CpuBackend : public Backend {
     row.quant_us = (*tq)[0] * 1e3;
     row.bytes = double(n) * k + double(m) * k * sizeof(float) +
                 double(m) * n * sizeof(float);
+    row.bf16_path = row.fp8_path = "cpu";
     return row;
   }
 
@@ -517,13 +538,23 @@ class CudaBackend : public Backend {
       return s.ok() ? fp8(i) : s;
     };
     Row row{.m = m, .n = n, .k = k};
+    // The path is chosen on the host when a call is enqueued, so the last
+    // captured call's path is the one every replay ran.
+    auto path = [&] {
+      return std::string(CublasLtGemm::PathName(gemm_->LastPath()));
+    };
     absl::StatusOr<double> t;
     if (!(t = TimeMs(bf16)).ok()) return t.status();
     row.bf16_ms = *t;
+    row.bf16_path = path();
     if (!(t = TimeMs(fp8)).ok()) return t.status();
     row.fp8_ms = *t;
+    row.fp8_path = path();
     if (!(t = TimeMs(fp8_quant)).ok()) return t.status();
     row.fp8_quant_ms = *t;
+    // fp8_quant's GEMM is fp8's (same shape, same plan); should they ever
+    // differ, one of them was not cuBLASLt.
+    if (path() != row.fp8_path) row.fp8_path = kFallbackPath;
     if (!(t = TimeMs(quant)).ok()) return t.status();
     row.quant_us = *t * 1e3;
     row.bytes = double(n) * k + double(m) * k * 2 + double(m) * n * 2;
@@ -617,25 +648,51 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
 
 // ---------------------------------------------------------------- output
 
+constexpr char kCsvHeader[] =
+    "backend,shape,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,quant_us,speedup_fp8,"
+    "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path\n";
+
+// One CSV line. shape is NxK (out x in); path is "fallback" when either
+// GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
+std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps) {
+  const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
+  const double tflops = 2.0 * r.m * r.n * r.k / (r.fp8_quant_ms * 1e-3) / 1e12;
+  return absl::StrFormat(
+      "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
+      "%s\n",
+      backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
+      r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
+      tflops, 100.0 * gbps / bw_gbps,
+      r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
+      r.fp8_path);
+}
+
+// A table time, with a `*` when the fallback kernel ran it.
+std::string TimeCell(double ms, const std::string& path) {
+  return absl::StrFormat("%10.4f%c", ms, path == kFallbackPath ? '*' : ' ');
+}
+
 void PrintRow(const Config& c, const std::string& backend, const Row& r,
-              double bw_gbps) {
+              double bw_gbps, std::FILE* csv_out) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
   const double tflops = 2.0 * r.m * r.n * r.k / (r.fp8_quant_ms * 1e-3) / 1e12;
   const double pct = 100.0 * gbps / bw_gbps;
   const double x_fp8 = r.bf16_ms / r.fp8_ms,
                x_fp8q = r.bf16_ms / r.fp8_quant_ms;
   if (c.csv) {
-    absl::PrintF("%s,%d,%d,%d,%.6f,%.6f,%.6f,%.4f,%.4f,%.2f,%.4f,%.2f\n",
-                 backend, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
-                 x_fp8, x_fp8q, gbps, tflops, pct);
+    absl::PrintF("%s", CsvLine(backend, r, bw_gbps));
   } else {
-    absl::PrintF(
-        "%6d %6d %6d %10.4f %10.4f %10.4f %9.2f %7.2fx %7.2fx %8.1f %8.3f "
-        "%6.1f%%\n",
-        r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms, r.quant_us, x_fp8,
-        x_fp8q, gbps, tflops, pct);
+    absl::PrintF("%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%%\n",
+                 r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
+                 TimeCell(r.fp8_ms, r.fp8_path),
+                 TimeCell(r.fp8_quant_ms, r.fp8_path), r.quant_us, x_fp8,
+                 x_fp8q, gbps, tflops, pct);
   }
   std::fflush(stdout);
+  if (csv_out != nullptr) {
+    absl::FPrintF(csv_out, "%s", CsvLine(backend, r, bw_gbps));
+    std::fflush(csv_out);
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -664,10 +721,21 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const bool cpu = b.Name() == "cpu";
+  struct FileCloser {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, FileCloser> csv_out;
+  if (!c.csv_out.empty()) {
+    csv_out.reset(std::fopen(c.csv_out.c_str(), "w"));
+    if (csv_out == nullptr) {
+      std::fprintf(stderr, "bench_gemm: --csv_out: cannot write %s\n",
+                   c.csv_out.c_str());
+      return 2;
+    }
+    absl::FPrintF(csv_out.get(), "%s", kCsvHeader);
+  }
   if (c.csv) {
-    absl::PrintF(
-        "backend,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,speedup_fp8,"
-        "speedup_fp8_quant,gbps,tflops,pct_bw\n");
+    absl::PrintF("%s", kCsvHeader);
   } else {
     absl::PrintF("bench_gemm  %s\n", b.Describe());
     absl::PrintF("memory read bandwidth, measured now: %.1f GB/s\n", *bw);
@@ -675,13 +743,15 @@ int Main(int argc, char** argv) {
         "%s; weights rotate over >= %d MiB per dtype\n%s\n"
         "fp8q = dynamic activation quantization + FP8 GEMM; quant_us = the "
         "quantization alone; x = speedup over bf16;\nGB/s, TFLOP/s and %%bw "
-        "are for fp8q (bytes = weights + activations in + output)\n\n",
+        "are for fp8q (bytes = weights + activations in + output); * = the "
+        "fallback kernel ran it, not cuBLASLt\n\n",
         b.Notes(), c.rotate_bytes >> 20, b.Timing());
-    absl::PrintF("%6s %6s %6s %10s %10s %10s %9s %8s %8s %8s %8s %7s\n", "M",
+    absl::PrintF("%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s\n", "M",
                  "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
                  "x_fp8q", "GB/s", "TFLOP/s", "%bw");
   }
   std::vector<int64_t> skipped;
+  int fallback_cells = 0;
   for (const Shape& s : c.shapes) {
     absl::Status st = b.PrepareShape(s);
     if (!st.ok()) {
@@ -703,8 +773,29 @@ int Main(int argc, char** argv) {
                      std::string(row.status().message()).c_str());
         return 1;
       }
-      PrintRow(c, b.Name(), *row, *bw);
+      PrintRow(c, b.Name(), *row, *bw, csv_out.get());
+      if (row->Fallback()) ++fallback_cells;
     }
+  }
+  if (fallback_cells > 0) {
+    // On stderr too, so that --format=csv (stdout a clean CSV) says it.
+    if (!c.csv) {
+      absl::PrintF(
+          "\n* %d cell(s) ran a GEMM on the fallback kernel (a simple CUDA "
+          "kernel for shapes cuBLASLt refuses), not cuBLASLt: those times are "
+          "not cuBLASLt's\n",
+          fallback_cells);
+    }
+    std::fprintf(stderr,
+                 "bench_gemm: %d cell(s) ran on the fallback GEMM, not "
+                 "cuBLASLt (path column / * in the table)\n",
+                 fallback_cells);
+  }
+  if (csv_out != nullptr &&
+      (std::ferror(csv_out.get()) || std::fclose(csv_out.release()) != 0)) {
+    std::fprintf(stderr, "bench_gemm: --csv_out: writing %s failed\n",
+                 c.csv_out.c_str());
+    return 1;
   }
   if (!skipped.empty()) {
     std::string list;

@@ -7,10 +7,12 @@
 // machine's drift (other tenants, steal time) is shared. Prints time to
 // first token and inter-token latency (mean, p50, p99) and output
 // throughput for FP8 and unquantized at each TP degree, side by side, with
-// the FP8 ratios over all rounds and per round.
+// the FP8 ratios over all rounds and per round. --device goes to the
+// coordinators (--device=cuda: the workers run on the GPU).
 //
 //   bench_serving --model DIR [--tp 1,2] [--requests 50] [--rate 1]
 //                 [--prompt_tokens 512] [--output_tokens 128] [--rounds 1]
+//                 [--device auto|cpu|cuda]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -43,6 +45,8 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
 ABSL_FLAG(uint64_t, seed, 1, "arrival times and prompts");
 ABSL_FLAG(int32_t, rounds, 1,
           "times the load runs on each configuration, interleaved");
+ABSL_FLAG(std::string, device, "auto",
+          "the coordinators' --device: auto, cpu or cuda");
 
 namespace octet {
 namespace {
@@ -111,6 +115,7 @@ bool StartServer(Server& s) {
       testing::SiblingProgram("coordinator"),
       "--model=" + absl::GetFlag(FLAGS_model), absl::StrCat("--tp=", s.tp),
       "--quantization=" + s.quantization, absl::StrCat("--port=", port),
+      "--device=" + absl::GetFlag(FLAGS_device),
       absl::StrCat("--threads=", threads),
       absl::StrCat("--kv_cache_tokens=",
                    std::max<int64_t>(16384, context * 16)),
@@ -252,11 +257,12 @@ int Main() {
   }
   const int rounds = absl::GetFlag(FLAGS_rounds);
   std::printf(
-      "bench_serving: %s, %d requests at %.2f/s (Poisson), %d prompt + %d "
-      "output tokens each, %d round(s), configurations interleaved\n",
-      absl::GetFlag(FLAGS_model).c_str(), n, absl::GetFlag(FLAGS_rate),
-      absl::GetFlag(FLAGS_prompt_tokens), absl::GetFlag(FLAGS_output_tokens),
-      rounds);
+      "bench_serving: %s on device %s, %d requests at %.2f/s (Poisson), %d "
+      "prompt + %d output tokens each, %d round(s), configurations "
+      "interleaved\n",
+      absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_device).c_str(),
+      n, absl::GetFlag(FLAGS_rate), absl::GetFlag(FLAGS_prompt_tokens),
+      absl::GetFlag(FLAGS_output_tokens), rounds);
   // A warm-up request each (first touches of memory), not counted.
   for (auto& s : servers) {
     v1::GenerateRequest warm = requests[0];
