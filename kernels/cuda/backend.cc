@@ -4,8 +4,10 @@
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
@@ -26,6 +28,10 @@ class CudaBackend : public Backend {
     }
     device_ = device;
     OCTET_RETURN_IF_ERROR(BindDevice());
+    int sms = 0;
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    multiprocessors_ = sms;
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     absl::StatusOr<std::unique_ptr<CublasLtGemm>> g = CublasLtGemm::Create();
@@ -154,8 +160,22 @@ class CudaBackend : public Backend {
                          const AttentionMetadata& meta, const void* k_cache,
                          const void* v_cache, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    const int64_t splits = cuda::AttentionSplits(meta.num_tokens, heads,
+                                                 kv_heads, multiprocessors_);
+    const int64_t floats =
+        cuda::AttentionPartialFloats(meta.num_tokens, heads, head_dim, splits);
+    if (floats > attention_partials_floats_) {
+      // Outgrown scratch is kept, not freed: captured work may name it.
+      OCTET_RETURN_IF_ERROR(NotCapturing("growing attention scratch"));
+      OCTET_ASSIGN_OR_RETURN(DeviceBuffer grown,
+                             Allocate(floats * sizeof(float)));
+      retired_.push_back(std::move(attention_partials_));
+      attention_partials_ = std::move(grown);
+      attention_partials_floats_ = floats;
+    }
     return cuda::Attention(q, q_stride, heads, kv_heads, head_dim, meta,
-                           k_cache, v_cache, out, stream_);
+                           k_cache, v_cache, out, splits,
+                           attention_partials_.as<float>(), stream_);
   }
   absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
                     DType y_dtype) override {
@@ -302,6 +322,11 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaE4m3Quantizer> quantizer_;
   std::unique_ptr<CudaSampler> sampler_;
   bool capturing_ = false;
+  int64_t multiprocessors_ = 1;
+  // Attention's parts (attention_plan.h), grown to the largest need.
+  DeviceBuffer attention_partials_;
+  int64_t attention_partials_floats_ = 0;
+  std::vector<DeviceBuffer> retired_;
   // CopyToDevice's pinned halves.
   static constexpr size_t kStagingBytes = size_t{1} << 20;
   struct Staging {

@@ -1,10 +1,11 @@
 // CUDA kernels for kernels/cuda/ops.h. Written for clarity first: one thread
-// block per row (or per token and head for attention), binary32 arithmetic,
-// bfloat16 storage. Attention is a warp per (token, head) with an online
-// softmax over the cached keys, which serves prefill and decode alike.
+// block per row, binary32 arithmetic, bfloat16 storage. Attention is a block
+// per (token, KV head, its query heads, part of the keys) with an online
+// softmax (attention_plan.h), which serves prefill and decode alike.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -118,58 +119,167 @@ __global__ void WriteKvKernel(const bf16* k, const bf16* v, int64_t row_stride,
   }
 }
 
-// One warp per (token, head); each lane owns head_dim / 32 dimensions
-// (head_dim <= 256, a multiple of 32... or fewer lanes active).
-constexpr int kMaxDimsPerLane = 8;
+// Attention (attention_plan.h has the plan): a block of kAttnWarps warps
+// per (token, KV head, chunk of up to kAttentionHeadsPerBlock query heads,
+// part of the keys). Each warp walks every kAttnWarps-th key of the part:
+// its lanes load the key's and the value's head_dim entries once (kDims
+// per lane, registers indexed by compile-time loops) for all the block's
+// heads, and keep a running max, sum and weighted values per head (online
+// softmax). The warps' states merge in shared memory; one part writes the
+// output, several write their states for AttentionMergeKernel.
+constexpr int kAttnWarps = 4;
+constexpr int kAttnHeads = static_cast<int>(kAttentionHeadsPerBlock);
 
-__global__ void AttentionKernel(const bf16* q, int64_t q_stride, int64_t heads,
-                                int64_t group, int64_t head_dim,
-                                AttentionMetadata meta, const bf16* k_cache,
-                                const bf16* v_cache, bf16* out) {
-  const int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= meta.num_tokens * heads) return;
-  const int64_t t = warp / heads, h = warp % heads, kvh = h / group;
-  const int64_t width = heads / group * head_dim;
+struct AttnArgs {
+  const bf16* q;
+  int64_t q_stride, heads, kv_heads, group, head_dim, splits;
+  AttentionMetadata meta;
+  const bf16* k_cache;
+  const bf16* v_cache;
+  bf16* out;
+  float* partials;  // [token][head][split][head_dim + 2] when splits > 1
+};
+
+template <int kDims>
+__global__ void __launch_bounds__(32 * kAttnWarps) AttentionKernel(AttnArgs a) {
+  const int64_t chunks = (a.group + kAttnHeads - 1) / kAttnHeads;
+  int64_t idx = blockIdx.x;
+  const int64_t chunk = idx % chunks;
+  idx /= chunks;
+  const int64_t kvh = idx % a.kv_heads, t = idx / a.kv_heads;
+  const int64_t split = blockIdx.y;
+  const int64_t h0 = kvh * a.group + chunk * kAttnHeads;
+  const int nh = static_cast<int>(a.group - chunk * kAttnHeads < kAttnHeads
+                                      ? a.group - chunk * kAttnHeads
+                                      : kAttnHeads);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const AttentionMetadata& meta = a.meta;
   const int64_t pos = meta.positions[t];
   const int64_t first =
       meta.sliding_window > 0 && pos - meta.sliding_window + 1 > 0
           ? pos - meta.sliding_window + 1
           : 0;
+  int64_t begin, end;
+  AttentionSplitRange(first, pos, a.splits, split, &begin, &end);
   const int32_t* table =
       meta.block_tables + meta.token_seq[t] * meta.max_blocks;
-  const float scale = rsqrtf(static_cast<float>(head_dim));
-  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-  int dims = 0;
-  for (int64_t d = lane; d < head_dim; d += 32) {
-    qv[dims] = Load(q + t * q_stride + h * head_dim, d);
-    acc[dims] = 0.0f;
-    ++dims;
+  const int64_t width = a.kv_heads * a.head_dim;
+  const float scale = rsqrtf(static_cast<float>(a.head_dim));
+
+  float qv[kAttnHeads][kDims], acc[kAttnHeads][kDims];
+  float m[kAttnHeads], l[kAttnHeads];
+#pragma unroll
+  for (int h = 0; h < kAttnHeads; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int64_t d = lane + 32 * i;
+      qv[h][i] =
+          h < nh && d < a.head_dim
+              ? Load(a.q + t * a.q_stride + (h0 + h) * a.head_dim, d) * scale
+              : 0.0f;
+      acc[h][i] = 0.0f;
+    }
   }
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = first; j <= pos; ++j) {
+  for (int64_t j = begin + warp; j < end; j += kAttnWarps) {
     const int64_t slot =
         static_cast<int64_t>(table[j / meta.block_size]) * meta.block_size +
         j % meta.block_size;
-    const bf16* kj = k_cache + slot * width + kvh * head_dim;
-    float dot = 0.0f;
-    int i = 0;
-    for (int64_t d = lane; d < head_dim; d += 32) dot += qv[i++] * Load(kj, d);
-    for (int o = 16; o > 0; o >>= 1)
-      dot += __shfl_xor_sync(0xFFFFFFFFu, dot, o);
-    const float s = dot * scale;
-    const float m_new = fmaxf(m, s);
-    const float correction = expf(m - m_new), p = expf(s - m_new);
-    l = l * correction + p;
-    const bf16* vj = v_cache + slot * width + kvh * head_dim;
-    i = 0;
-    for (int64_t d = lane; d < head_dim; d += 32, ++i)
-      acc[i] = acc[i] * correction + p * Load(vj, d);
-    m = m_new;
+    const bf16* kj = a.k_cache + slot * width + kvh * a.head_dim;
+    const bf16* vj = a.v_cache + slot * width + kvh * a.head_dim;
+    float kd[kDims], vd[kDims];
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int64_t d = lane + 32 * i;
+      kd[i] = d < a.head_dim ? Load(kj, d) : 0.0f;
+      vd[i] = d < a.head_dim ? Load(vj, d) : 0.0f;
+    }
+#pragma unroll
+    for (int h = 0; h < kAttnHeads; ++h) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) dot += qv[h][i] * kd[i];
+      for (int o = 16; o > 0; o >>= 1) {
+        dot += __shfl_xor_sync(0xFFFFFFFFu, dot, o);
+      }
+      const float m_new = fmaxf(m[h], dot);
+      const float correction = expf(m[h] - m_new), p = expf(dot - m_new);
+      l[h] = l[h] * correction + p;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        acc[h][i] = acc[h][i] * correction + p * vd[i];
+      }
+      m[h] = m_new;
+    }
   }
-  int i = 0;
-  for (int64_t d = lane; d < head_dim; d += 32) {
-    Store(out + t * heads * head_dim + h * head_dim, d, acc[i++] / l);
+
+  // Merge the warps: each publishes its state, then the block combines them
+  // per head and dimension.
+  __shared__ float s_m[kAttnWarps][kAttnHeads], s_l[kAttnWarps][kAttnHeads];
+  __shared__ float s_acc[kAttnWarps][kAttnHeads][32 * kDims];
+#pragma unroll
+  for (int h = 0; h < kAttnHeads; ++h) {
+    if (lane == 0) {
+      s_m[warp][h] = m[h];
+      s_l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) s_acc[warp][h][lane + 32 * i] = acc[h][i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < nh * a.head_dim; e += 32 * kAttnWarps) {
+    const int h = e / static_cast<int>(a.head_dim);
+    const int d = e % static_cast<int>(a.head_dim);
+    float big = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) big = fmaxf(big, s_m[w][h]);
+    float sum = 0.0f, value = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) {
+      // A warp that saw no key has m = -inf and l = 0: weight 0.
+      const float f = s_l[w][h] > 0.0f ? expf(s_m[w][h] - big) : 0.0f;
+      sum += s_l[w][h] * f;
+      value += s_acc[w][h][d] * f;
+    }
+    const int64_t head = h0 + h;
+    if (a.splits == 1) {
+      Store(a.out + t * a.heads * a.head_dim + head * a.head_dim, d,
+            value / sum);
+    } else {
+      float* part = a.partials + ((t * a.heads + head) * a.splits + split) *
+                                     (a.head_dim + 2);
+      part[d] = value;
+      if (d == 0) {
+        part[a.head_dim] = big;
+        part[a.head_dim + 1] = sum;
+      }
+    }
+  }
+}
+
+// Merges a token's parts per head: out = Σ value_s·e^(m_s - M) / Σ
+// sum_s·e^(m_s - M), M the largest m_s of the parts that saw keys.
+__global__ void AttentionMergeKernel(const float* partials, int64_t heads,
+                                     int64_t head_dim, int64_t splits,
+                                     bf16* out) {
+  const int64_t th = blockIdx.x;  // token * heads + head
+  const float* parts = partials + th * splits * (head_dim + 2);
+  float big = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float* p = parts + s * (head_dim + 2);
+    if (p[head_dim + 1] > 0.0f) big = fmaxf(big, p[head_dim]);
+  }
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float sum = 0.0f, value = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float* p = parts + s * (head_dim + 2);
+      if (!(p[head_dim + 1] > 0.0f)) continue;  // a part past the keys
+      const float f = expf(p[head_dim] - big);
+      sum += p[head_dim + 1] * f;
+      value += p[d] * f;
+    }
+    Store(out + th * head_dim, d, value / sum);
   }
 }
 
@@ -291,25 +401,60 @@ absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
 absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, const void* k_cache,
-                       const void* v_cache, void* out, cudaStream_t stream) {
+                       const void* v_cache, void* out, int64_t splits,
+                       float* partials, cudaStream_t stream) {
   if (kv_heads <= 0 || heads % kv_heads != 0) {
     return absl::InvalidArgumentError("Attention: kv_heads must divide heads");
   }
-  static_assert(kAttentionMaxHeadDim == 32 * kMaxDimsPerLane);
-  if (head_dim > kAttentionMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: head_dim ", head_dim, " above ", kAttentionMaxHeadDim));
+  if (head_dim <= 0 || head_dim > kAttentionMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: head_dim ",
+                                                   head_dim, " outside [1, ",
+                                                   kAttentionMaxHeadDim, "]"));
   }
-  const int64_t warps = meta.num_tokens * heads;
-  if (warps == 0) return absl::OkStatus();
-  constexpr int kWarpsPerBlock = 4;
-  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  AttentionKernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
-                    stream>>>(
-      static_cast<const bf16*>(q), q_stride, heads, heads / kv_heads, head_dim,
-      meta, static_cast<const bf16*>(k_cache),
-      static_cast<const bf16*>(v_cache), static_cast<bf16*>(out));
+  if (splits < 1 || splits > kAttentionMaxSplits ||
+      (splits > 1 && partials == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: ", splits, " parts without their scratch"));
+  }
+  const int64_t blocks = AttentionBlocks(meta.num_tokens, heads, kv_heads);
+  if (blocks == 0) return absl::OkStatus();
+  const AttnArgs args{static_cast<const bf16*>(q),
+                      q_stride,
+                      heads,
+                      kv_heads,
+                      heads / kv_heads,
+                      head_dim,
+                      splits,
+                      meta,
+                      static_cast<const bf16*>(k_cache),
+                      static_cast<const bf16*>(v_cache),
+                      static_cast<bf16*>(out),
+                      partials};
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+  constexpr int kThreads = 32 * kAttnWarps;
+  static_assert(kAttentionMaxHeadDim == 32 * 8);
+  switch ((head_dim + 31) / 32) {
+#define OCTET_ATTENTION_DIMS(n)                              \
+  case n:                                                    \
+    AttentionKernel<n><<<grid, kThreads, 0, stream>>>(args); \
+    break;
+    OCTET_ATTENTION_DIMS(1)
+    OCTET_ATTENTION_DIMS(2)
+    OCTET_ATTENTION_DIMS(3)
+    OCTET_ATTENTION_DIMS(4)
+    OCTET_ATTENTION_DIMS(5)
+    OCTET_ATTENTION_DIMS(6)
+    OCTET_ATTENTION_DIMS(7)
+    OCTET_ATTENTION_DIMS(8)
+#undef OCTET_ATTENTION_DIMS
+  }
   OCTET_LAUNCHED();
+  if (splits > 1) {
+    AttentionMergeKernel<<<static_cast<unsigned>(meta.num_tokens * heads), 128,
+                           0, stream>>>(partials, heads, head_dim, splits,
+                                        static_cast<bf16*>(out));
+    OCTET_LAUNCHED();
+  }
   return absl::OkStatus();
 }
 

@@ -29,12 +29,16 @@ absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
                      int64_t kv_heads, int64_t head_dim,
                      const AttentionMetadata& meta, void* k_cache,
                      void* v_cache, cudaStream_t stream);
-// Attention keeps a query row in registers: 8 dims per lane of a warp.
+// Attention keeps query rows in registers: at most 8 dims per lane of a warp.
 inline constexpr int64_t kAttentionMaxHeadDim = 256;
+// Backend::Attention with each token's keys cut into `splits` parts
+// (attention_plan.h: AttentionSplits); more than one part needs `partials`,
+// AttentionPartialFloats binary32 values of device scratch.
 absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, const void* k_cache,
-                       const void* v_cache, void* out, cudaStream_t stream);
+                       const void* v_cache, void* out, int64_t splits,
+                       float* partials, cudaStream_t stream);
 absl::Status Argmax(const float* x, int64_t rows, int64_t cols, int32_t* out,
                     cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,

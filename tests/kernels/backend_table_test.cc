@@ -1016,6 +1016,33 @@ const std::vector<Case>& Cases() {
          return RunAttention(
              b, e, {4, 2, 64, 4, 5, true, {{0, 19}, {40, 1}, {10, 6}}});
        }},
+      // Mistral-7B's grouping at the context limit: decode tokens at
+      // positions 0, 4095 and 32767 and a chunk deep in a long prompt, so
+      // that a GPU cuts the keys into parts and merges them; and with its
+      // sliding window (4096).
+      {"AttentionLongContext",
+       {"Attention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         return RunAttention(b, e,
+                             {8, 2, 128, 16, 0, true,
+                              {{0, 1}, {4095, 1}, {32767, 1}, {30000, 5}}});
+       }},
+      {"AttentionLongContextWindow",
+       {"Attention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         return RunAttention(b, e,
+                             {8, 2, 128, 16, 4096, true,
+                              {{4095, 1}, {32767, 1}, {30000, 5}}});
+       }},
+      // Enough tokens to fill a GPU: one part per token, no merge.
+      {"AttentionPrefillOnePart",
+       {"Attention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         return RunAttention(b, e, {32, 8, 128, 16, 0, true, {{0, 40}}});
+       }},
       {"AttentionMaxHeadDim",
        {"Attention", "max_head_dim"},
        {0x1p-7, 2e-3},
