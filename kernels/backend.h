@@ -92,6 +92,18 @@ struct RowGroups {
   const int32_t* row_group = nullptr;
 };
 
+// The input of an FP8 projection as the operation that produces it: the
+// values RmsNorm(x, weight, eps) or SiluMul(x) would store, made again where
+// they are needed (Backend::FusedAbsMax, FusedQuantize) so that they are
+// never written in the activation dtype first.
+struct FusedInput {
+  enum class Op { kRmsNorm, kSiluMul };
+  Op op = Op::kRmsNorm;
+  const void* x = nullptr;        // RmsNorm's input, or SiluMul's [gate | up]
+  const float* weight = nullptr;  // kRmsNorm
+  float eps = 0.0f;               // kRmsNorm
+};
+
 enum class DeviceKind { kCpu, kCuda };
 
 // Work a backend recorded once (BeginCapture .. EndCapture) and runs again
@@ -186,6 +198,16 @@ class Backend {
   virtual absl::Status Quantize(const void* x, int64_t rows, int64_t cols,
                                 const RowGroups& groups, const float* absmax,
                                 uint8_t* q, float* scale) = 0;
+  // AbsMax and Quantize of the [rows][cols] values `in` produces, bit for bit
+  // what the producer followed by AbsMax or Quantize gives, without storing
+  // them (cols: RmsNorm's width, or SiluMul's output width).
+  virtual absl::Status FusedAbsMax(const FusedInput& in, int64_t rows,
+                                   int64_t cols, const RowGroups& groups,
+                                   float* absmax) = 0;
+  virtual absl::Status FusedQuantize(const FusedInput& in, int64_t rows,
+                                     int64_t cols, const RowGroups& groups,
+                                     const float* absmax, uint8_t* q,
+                                     float* scale) = 0;
   // q = encode(x * (1 / *scale)) for a static activation scale.
   virtual absl::Status QuantizeStatic(const void* x, int64_t count,
                                       const float* scale, uint8_t* q) = 0;

@@ -369,12 +369,28 @@ absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
   return options_.comm->AllReduceSum(static_cast<float*>(x), count);
 }
 
-absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
+absl::StatusOr<LlamaModel::Input> LlamaModel::Produce(
+    const LinearWeight& w, const FusedInput& producer, int64_t rows,
+    int64_t cols, void* dst) {
+  if (options_.fuse_input_quantization && w.dtype == DType::kE4m3 &&
+      w.input_scale.data() == nullptr) {
+    return Input{.fused = producer};
+  }
+  if (producer.op == FusedInput::Op::kRmsNorm) {
+    OCTET_RETURN_IF_ERROR(backend_.RmsNorm(producer.x, producer.weight, rows,
+                                           cols, producer.eps, dst));
+  } else {
+    OCTET_RETURN_IF_ERROR(backend_.SiluMul(producer.x, rows, cols, dst));
+  }
+  return Input{.x = dst};
+}
+
+absl::Status LlamaModel::Linear(const LinearWeight& w, const Input& x,
                                 int64_t rows, const RowGroups& seqs,
                                 bool row_parallel, void* y,
                                 ForwardTrace* trace) {
   if (w.dtype != DType::kE4m3) {
-    return backend_.Gemm(x, rows, w, y, backend_.activation_dtype());
+    return backend_.Gemm(x.x, rows, w, y, backend_.activation_dtype());
   }
   RowGroups groups;
   const float* scale;
@@ -386,7 +402,7 @@ absl::Status LlamaModel::Linear(const LinearWeight& w, const void* x,
 
 absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
                                            const KBlocks& blocks,
-                                           bool scale_shared, const void* x,
+                                           bool scale_shared, const Input& x,
                                            int64_t rows, const RowGroups& seqs,
                                            void* y, ForwardTrace* trace) {
   const int64_t count = rows * w.out;
@@ -399,7 +415,7 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
   float* sums = static_cast<float*>(y);
   if (w.dtype != DType::kE4m3) {
     OCTET_RETURN_IF_ERROR(
-        backend_.GemmBlockSums(x, rows, w, blocks.local, sums));
+        backend_.GemmBlockSums(x.x, rows, w, blocks.local, sums));
     return AllReduceSum(sums, count);
   }
   RowGroups groups;
@@ -420,7 +436,7 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
   return AllReduceSum(y, count);
 }
 
-absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const void* x,
+absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
                                        int64_t rows, const RowGroups& seqs,
                                        bool row_parallel, RowGroups* groups,
                                        const float** scale,
@@ -430,7 +446,7 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const void* x,
   if (w.input_scale.data() != nullptr) {
     *groups = RowGroups{};  // one static scale for every row
     *scale = w.input_scale.as<float>();
-    OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x, count, *scale, codes));
+    OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x.x, count, *scale, codes));
   } else {
     // One dynamic scale per sequence (docs/design.md), so batching does not
     // change a sequence's codes. A single rank's input is whole: its absmax
@@ -438,13 +454,18 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const void* x,
     // row-parallel layers.
     *groups = seqs;
     float* absmax = scratch_.absmax.as<float>();
-    OCTET_RETURN_IF_ERROR(backend_.AbsMax(x, rows, w.in, seqs, absmax));
+    OCTET_RETURN_IF_ERROR(
+        x.fused ? backend_.FusedAbsMax(*x.fused, rows, w.in, seqs, absmax)
+                : backend_.AbsMax(x.x, rows, w.in, seqs, absmax));
     if (row_parallel && plan_.size > 1 && sync_absmax_) {
       OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, seqs.count));
     }
     float* dynamic = scratch_.act_scale.as<float>();
     OCTET_RETURN_IF_ERROR(
-        backend_.Quantize(x, rows, w.in, seqs, absmax, codes, dynamic));
+        x.fused
+            ? backend_.FusedQuantize(*x.fused, rows, w.in, seqs, absmax, codes,
+                                     dynamic)
+            : backend_.Quantize(x.x, rows, w.in, seqs, absmax, codes, dynamic));
     *scale = dynamic;
   }
   if (trace != nullptr && trace->record_codes) {
@@ -632,10 +653,13 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
   const int64_t q_width = heads * hd, kv_width = kv_heads * hd;
   const int64_t qkv_width = q_width + 2 * kv_width;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
-      s.h.data(), layer.input_norm.as<float>(), tokens, h, eps, s.x.data()));
+  OCTET_ASSIGN_OR_RETURN(const Input x,
+                         Produce(layer.qkv,
+                                 {FusedInput::Op::kRmsNorm, s.h.data(),
+                                  layer.input_norm.as<float>(), eps},
+                                 tokens, h, s.x.data()));
   OCTET_RETURN_IF_ERROR(
-      Linear(layer.qkv, s.x.data(), tokens, seqs, false, s.qkv.data(), trace));
+      Linear(layer.qkv, x, tokens, seqs, false, s.qkv.data(), trace));
   void* q = s.qkv.data();
   void* k = Offset(q, q_width, act);
   void* v = Offset(q, q_width + kv_width, act);
@@ -648,9 +672,9 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
   OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
                                            meta, cache.k(l), cache.v(l),
                                            s.attn.data()));
-  OCTET_RETURN_IF_ERROR(RowParallelLinear(layer.o, o_blocks_,
-                                          layer.o_scale_shared, s.attn.data(),
-                                          tokens, seqs, s.proj.data(), trace));
+  OCTET_RETURN_IF_ERROR(RowParallelLinear(
+      layer.o, o_blocks_, layer.o_scale_shared, Input{.x = s.attn.data()},
+      tokens, seqs, s.proj.data(), trace));
   return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
 }
 
@@ -659,15 +683,20 @@ absl::Status LlamaModel::MlpBlock(const Layer& layer, int64_t tokens,
   const int64_t h = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Scratch& s = scratch_;
-  OCTET_RETURN_IF_ERROR(backend_.RmsNorm(
-      s.h.data(), layer.post_norm.as<float>(), tokens, h, eps, s.x.data()));
-  OCTET_RETURN_IF_ERROR(Linear(layer.gate_up, s.x.data(), tokens, seqs, false,
-                               s.gate_up.data(), trace));
-  OCTET_RETURN_IF_ERROR(backend_.SiluMul(s.gate_up.data(), tokens,
-                                         plan_.intermediate, s.act.data()));
+  OCTET_ASSIGN_OR_RETURN(const Input x,
+                         Produce(layer.gate_up,
+                                 {FusedInput::Op::kRmsNorm, s.h.data(),
+                                  layer.post_norm.as<float>(), eps},
+                                 tokens, h, s.x.data()));
+  OCTET_RETURN_IF_ERROR(
+      Linear(layer.gate_up, x, tokens, seqs, false, s.gate_up.data(), trace));
+  OCTET_ASSIGN_OR_RETURN(
+      const Input act,
+      Produce(layer.down, {FusedInput::Op::kSiluMul, s.gate_up.data()}, tokens,
+              plan_.intermediate, s.act.data()));
   OCTET_RETURN_IF_ERROR(RowParallelLinear(layer.down, down_blocks_,
-                                          layer.down_scale_shared, s.act.data(),
-                                          tokens, seqs, s.proj.data(), trace));
+                                          layer.down_scale_shared, act, tokens,
+                                          seqs, s.proj.data(), trace));
   return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
 }
 

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,6 +56,11 @@ struct ModelOptions {
   // (CUDA graphs) when the backend can capture; 0: never. See
   // DecodeGraphBucket.
   int64_t graph_max_batch = 64;
+  // FP8 inputs made by RMSNorm (qkv, gate_up) and SiLU·up (down_proj) are
+  // quantized where they are made, never written in the activation dtype
+  // (Backend::FusedQuantize); the same bits either way. Off only to
+  // measure or check it.
+  bool fuse_input_quantization = true;
   // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
   // that every rank uses the same scale. Off only to measure its cost.
   bool sync_activation_absmax = true;
@@ -245,25 +251,39 @@ class LlamaModel {
 
   // Forward's building blocks.
 
+  // A projection's input: in memory at x, or, when the projection quantizes
+  // it with dynamic scales, made by its producer where it is quantized and
+  // never stored (FusedInput).
+  struct Input {
+    const void* x = nullptr;
+    std::optional<FusedInput> fused;
+  };
+  // The input `producer` makes for w, [rows][cols]: fused when w is FP8
+  // with dynamic scales (and ModelOptions::fuse_input_quantization), else
+  // run now into `dst`.
+  absl::StatusOr<Input> Produce(const LinearWeight& w,
+                                const FusedInput& producer, int64_t rows,
+                                int64_t cols, void* dst);
+
   // Grows the scratch to hold a forward of this size.
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
   // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
   // `row_parallel`: x is this rank's slice of the input.
-  absl::Status Linear(const LinearWeight& w, const void* x, int64_t rows,
+  absl::Status Linear(const LinearWeight& w, const Input& x, int64_t rows,
                       const RowGroups& seqs, bool row_parallel, void* y,
                       ForwardTrace* trace);
   // FP8: quantizes w's input x into scratch_.codes; *scale points to the
   // device scales, one per group of *groups (the sequences, or one static
   // scale).
-  absl::Status QuantizeInput(const LinearWeight& w, const void* x, int64_t rows,
-                             const RowGroups& seqs, bool row_parallel,
-                             RowGroups* groups, const float** scale,
-                             ForwardTrace* trace);
+  absl::Status QuantizeInput(const LinearWeight& w, const Input& x,
+                             int64_t rows, const RowGroups& seqs,
+                             bool row_parallel, RowGroups* groups,
+                             const float** scale, ForwardTrace* trace);
   // y = x·Wᵀ summed over the ranks, for a row-parallel layer (o_proj,
   // down_proj) whose input x is this rank's slice.
   absl::Status RowParallelLinear(const LinearWeight& w, const KBlocks& blocks,
-                                 bool scale_shared, const void* x, int64_t rows,
-                                 const RowGroups& seqs, void* y,
+                                 bool scale_shared, const Input& x,
+                                 int64_t rows, const RowGroups& seqs, void* y,
                                  ForwardTrace* trace);
   // Sums `count` activations across the ranks (row-parallel outputs,
   // embeddings); nothing on one rank.

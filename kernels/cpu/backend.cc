@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -188,6 +189,21 @@ class CpuBackend : public Backend {
     }
     return absl::OkStatus();
   }
+  // The CPU makes the values into its own scratch and quantizes them there:
+  // the same functions as unfused, so the same bits.
+  absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
+                           const RowGroups& groups, float* absmax) override {
+    absl::StatusOr<const float*> x = Produce(in, rows, cols);
+    if (!x.ok()) return x.status();
+    return AbsMax(*x, rows, cols, groups, absmax);
+  }
+  absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
+                             const RowGroups& groups, const float* absmax,
+                             uint8_t* q, float* scale) override {
+    absl::StatusOr<const float*> x = Produce(in, rows, cols);
+    if (!x.ok()) return x.status();
+    return Quantize(*x, rows, cols, groups, absmax, q, scale);
+  }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
     return QuantizeE4m3(static_cast<const float*>(x), count, 1.0f / *scale, q,
@@ -261,6 +277,22 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // The values `in` produces, in produced_ (grown to the largest call).
+  absl::StatusOr<const float*> Produce(const FusedInput& in, int64_t rows,
+                                       int64_t cols) {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("FusedInput: negative shape");
+    }
+    produced_.resize(std::max<size_t>(produced_.size(), rows * cols));
+    absl::Status s =
+        in.op == FusedInput::Op::kRmsNorm
+            ? RmsNorm(in.x, in.weight, rows, cols, in.eps, produced_.data())
+            : SiluMul(in.x, rows, cols, produced_.data());
+    if (!s.ok()) return s;
+    return produced_.data();
+  }
+  std::vector<float> produced_;
+
   // row_scales_[r] = q_scale[g] for each row r of group g.
   absl::Status SpreadRowScales(int64_t rows, const float* q_scale,
                                const RowGroups& groups, const char* what) {

@@ -210,6 +210,19 @@ class CudaBackend : public Backend {
                                      groups.row_group, groups.count, absmax, q,
                                      scale, stream_);
   }
+  absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
+                           const RowGroups& groups, float* absmax) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return cuda::FusedAbsMax(in, rows, cols, groups.row_group, groups.count,
+                             absmax, stream_);
+  }
+  absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
+                             const RowGroups& groups, const float* absmax,
+                             uint8_t* q, float* scale) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return cuda::FusedQuantize(in, rows, cols, groups.row_group, absmax, q,
+                               scale, stream_);
+  }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

@@ -3,11 +3,13 @@
 // per (token, KV head, its query heads, part of the keys) with an online
 // softmax (attention_plan.h), which serves prefill and decode alike.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/fp8.h"
 
 namespace octet::cuda {
 namespace {
@@ -68,6 +70,94 @@ __global__ void __launch_bounds__(kThreads)
   const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + eps);
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     Store(out + blockIdx.x * cols, c, Load(xr, c) * inv * w[c]);
+  }
+}
+
+__device__ float BlockMax(float v) {
+  __shared__ float partial[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < kThreads / 32 ? partial[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  }
+  return v;
+}
+
+// A row of the values a FusedInput produces, as the producer's kernel
+// (RmsNormKernel, SiluMulKernel) computes and rounds them.
+struct ProducedRow {
+  FusedInput::Op op;
+  const bf16* x;  // the row's input
+  const float* weight;
+  float inv;  // RmsNorm's 1 / rms of the row
+  int64_t cols;
+
+  __device__ float operator()(int64_t c) const {
+    float v;
+    if (op == FusedInput::Op::kRmsNorm) {
+      v = Load(x, c) * inv * weight[c];
+    } else {
+      const float g = Load(x, c), u = Load(x, cols + c);
+      v = g / (1.0f + expf(-g)) * u;
+    }
+    return __bfloat162float(__float2bfloat16_rn(v));
+  }
+};
+
+// Every thread of the block calls it (RmsNorm's sum is block-wide).
+__device__ ProducedRow MakeProducedRow(const FusedInput& in, int64_t cols) {
+  const int64_t row = blockIdx.x;
+  ProducedRow p{in.op, nullptr, in.weight, 0.0f, cols};
+  if (in.op == FusedInput::Op::kRmsNorm) {
+    p.x = static_cast<const bf16*>(in.x) + row * cols;
+    float ss = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+      const float v = Load(p.x, c);
+      ss += v * v;
+    }
+    p.inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + in.eps);
+  } else {
+    p.x = static_cast<const bf16*>(in.x) + row * 2 * cols;
+  }
+  return p;
+}
+
+// Non-negative binary32 values order like their bits as integers, so
+// atomicMax on the bits is an exact max (the slots start at +0).
+__global__ void __launch_bounds__(kThreads)
+    FusedAbsMaxKernel(FusedInput in, int64_t cols, const int32_t* row_group,
+                      float* absmax) {
+  const ProducedRow value = MakeProducedRow(in, cols);
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+    m = fmaxf(m, fabsf(value(c)));
+  }
+  m = BlockMax(m);
+  if (threadIdx.x == 0) {
+    const int32_t g = row_group != nullptr ? row_group[blockIdx.x] : 0;
+    atomicMax(reinterpret_cast<int*>(absmax + g), __float_as_int(m));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    FusedQuantizeKernel(FusedInput in, int64_t cols, const int32_t* row_group,
+                        const float* absmax, uint8_t* q, float* scale) {
+  const int64_t row = blockIdx.x;
+  const int32_t g = row_group != nullptr ? row_group[row] : 0;
+  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax[g]);
+  const bool first_of_group =
+      row == 0 || (row_group != nullptr && row_group[row - 1] != g);
+  if (threadIdx.x == 0 && first_of_group) scale[g] = s.scale;
+  const ProducedRow value = MakeProducedRow(in, cols);
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+    q[row * cols + c] =
+        __nv_cvt_float_to_fp8(value(c) * s.inv, __NV_SATFINITE, __NV_E4M3);
   }
 }
 
@@ -455,6 +545,31 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                                         static_cast<bf16*>(out));
     OCTET_LAUNCHED();
   }
+  return absl::OkStatus();
+}
+
+absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
+                         const int32_t* row_group, int64_t groups,
+                         float* absmax, cudaStream_t stream) {
+  if (groups < 1 || (groups > 1 && row_group == nullptr)) {
+    return absl::InvalidArgumentError("FusedAbsMax: groups without a row map");
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(absmax, 0, groups * sizeof(float), stream));
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  FusedAbsMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      in, cols, row_group, absmax);
+  OCTET_LAUNCHED();
+  return absl::OkStatus();
+}
+
+absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
+                           const int32_t* row_group, const float* absmax,
+                           uint8_t* q, float* scale, cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
+  FusedQuantizeKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      in, cols, row_group, absmax, q, scale);
+  OCTET_LAUNCHED();
   return absl::OkStatus();
 }
 

@@ -39,6 +39,16 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        const AttentionMetadata& meta, const void* k_cache,
                        const void* v_cache, void* out, int64_t splits,
                        float* partials, cudaStream_t stream);
+// Backend::FusedAbsMax and FusedQuantize: a block per row makes the row's
+// values with the producer's own arithmetic and bfloat16 rounding, then folds
+// |value| into its group's absmax (row_group null: one group), or encodes
+// value · inv with its group's scale.
+absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
+                         const int32_t* row_group, int64_t groups,
+                         float* absmax, cudaStream_t stream);
+absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
+                           const int32_t* row_group, const float* absmax,
+                           uint8_t* q, float* scale, cudaStream_t stream);
 absl::Status Argmax(const float* x, int64_t rows, int64_t cols, int32_t* out,
                     cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,

@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -696,6 +697,74 @@ absl::StatusOr<Output> RunAbsMaxQuantize(Backend& b,
   return o;
 }
 
+// The fused FP8 input (FusedAbsMax, FusedQuantize) against the same
+// backend's producer (RmsNorm or SiluMul) followed by AbsMax and Quantize:
+// every absmax, scale and code equal, for groups of 3, 1 and 4 rows (and
+// for one group). Each field is 1 where fused and unfused agree, so the
+// CPU and a GPU (whose unfused values differ: bfloat16 activations) are
+// held to the same all-ones answer.
+absl::StatusOr<Output> RunFused(Backend& b, FusedInput::Op op, bool grouped) {
+  const std::vector<int64_t> sizes =
+      grouped ? std::vector<int64_t>{3, 1, 4} : std::vector<int64_t>{8};
+  const int64_t rows = 8, cols = 320, groups = sizes.size();
+  const bool norm = op == FusedInput::Op::kRmsNorm;
+  const int64_t in_cols = norm ? cols : 2 * cols;
+  std::vector<float> x = NormalBf16Values(rows * in_cols, 141, 2.0f);
+  for (int64_t c = 0; c < in_cols; ++c) x[2 * in_cols + c] *= 64.0f;  // loud
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dw,
+                         Upload(b, F32Values(cols, 142, 1.5f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap, Upload(b, RowMap(sizes)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer made, ActOut(b, rows * cols));
+  const RowGroups g =
+      grouped ? RowGroups{groups, dmap.as<int32_t>()} : RowGroups{};
+  const FusedInput in{op, dx.data(), dw.as<float>(), 1e-5f};
+  struct Result {
+    std::vector<float> absmax, scale;
+    std::vector<uint8_t> codes;
+  };
+  Result r[2];  // unfused, fused
+  for (int fused = 0; fused < 2; ++fused) {
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmax,
+                           Upload(b, std::vector<float>(groups, -1.0f)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dscale,
+                           Upload(b, std::vector<float>(groups, -1.0f)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dq,
+                           Upload(b, std::vector<uint8_t>(rows * cols)));
+    float* m = dmax.as<float>();
+    if (fused == 1) {
+      OCTET_RETURN_IF_ERROR(b.FusedAbsMax(in, rows, cols, g, m));
+      OCTET_RETURN_IF_ERROR(b.FusedQuantize(
+          in, rows, cols, g, m, dq.as<uint8_t>(), dscale.as<float>()));
+    } else {
+      OCTET_RETURN_IF_ERROR(
+          norm ? b.RmsNorm(dx.data(), dw.as<float>(), rows, cols, 1e-5f,
+                           made.data())
+               : b.SiluMul(dx.data(), rows, cols, made.data()));
+      OCTET_RETURN_IF_ERROR(b.AbsMax(made.data(), rows, cols, g, m));
+      OCTET_RETURN_IF_ERROR(b.Quantize(made.data(), rows, cols, g, m,
+                                       dq.as<uint8_t>(), dscale.as<float>()));
+    }
+    OCTET_ASSIGN_OR_RETURN(r[fused].absmax, Read<float>(b, m, groups));
+    OCTET_ASSIGN_OR_RETURN(r[fused].scale,
+                           Read<float>(b, dscale.data(), groups));
+    OCTET_ASSIGN_OR_RETURN(r[fused].codes,
+                           Read<uint8_t>(b, dq.data(), rows * cols));
+  }
+  auto agree = [](const auto& a, const auto& b) {
+    std::vector<uint8_t> same(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      same[i] = std::memcmp(&a[i], &b[i], sizeof(a[i])) == 0;
+    }
+    return same;
+  };
+  Output o;
+  o.fields = {Bits("absmax_agree", agree(r[0].absmax, r[1].absmax)),
+              Bits("scale_agree", agree(r[0].scale, r[1].scale)),
+              Bits("codes_agree", agree(r[0].codes, r[1].codes))};
+  return o;
+}
+
 // Activations of four sequences of 3, 1, 7 and 2 rows whose magnitudes
 // differ (exact powers of two), the last all signed zeros.
 std::vector<float> GroupedActivations(int64_t cols) {
@@ -1025,16 +1094,21 @@ const std::vector<Case>& Cases() {
        {0x1p-7, 2e-3},
        [](Backend& b, const Env& e) {
          return RunAttention(b, e,
-                             {8, 2, 128, 16, 0, true,
+                             {8,
+                              2,
+                              128,
+                              16,
+                              0,
+                              true,
                               {{0, 1}, {4095, 1}, {32767, 1}, {30000, 5}}});
        }},
       {"AttentionLongContextWindow",
        {"Attention"},
        {0x1p-7, 2e-3},
        [](Backend& b, const Env& e) {
-         return RunAttention(b, e,
-                             {8, 2, 128, 16, 4096, true,
-                              {{4095, 1}, {32767, 1}, {30000, 5}}});
+         return RunAttention(
+             b, e,
+             {8, 2, 128, 16, 4096, true, {{4095, 1}, {32767, 1}, {30000, 5}}});
        }},
       // Enough tokens to fill a GPU: one part per token, no merge.
       {"AttentionPrefillOnePart",
@@ -1146,6 +1220,24 @@ const std::vector<Case>& Cases() {
       // Log-probabilities: binary64 sums in another order, one binary32
       // rounding.
       {"Sample", {"Sample"}, Tolerance{0x1p-20, 1e-6}, RunSample},
+      {"FusedRmsNormQuantizeGroups",
+       {"FusedAbsMax", "FusedQuantize", "RmsNorm", "AbsMax", "Quantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         return RunFused(b, FusedInput::Op::kRmsNorm, true);
+       }},
+      {"FusedRmsNormQuantizeOneTensor",
+       {"FusedAbsMax", "FusedQuantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         return RunFused(b, FusedInput::Op::kRmsNorm, false);
+       }},
+      {"FusedSiluMulQuantizeGroups",
+       {"FusedAbsMax", "FusedQuantize", "SiluMul"},
+       kExact,
+       [](Backend& b, const Env&) {
+         return RunFused(b, FusedInput::Op::kSiluMul, true);
+       }},
       {"CaptureReplay",
        {"can_capture", "BeginCapture", "EndCapture", "Add", "CopyToDevice",
         "CopyToHost"},

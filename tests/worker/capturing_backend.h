@@ -30,6 +30,8 @@ class CapturingBackend : public Backend {
 
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
+  // FusedQuantize calls so far (whether the model fuses its FP8 inputs).
+  int64_t fused_quantizes() const { return fused_quantizes_; }
   // Fail the next capture's EndCapture (a capture CUDA refuses).
   void FailNextCapture() { fail_next_ = true; }
 
@@ -146,6 +148,20 @@ class CapturingBackend : public Backend {
       return inner_->Quantize(x, rows, cols, groups, absmax, q, scale);
     });
   }
+  absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
+                           const RowGroups& groups, float* absmax) override {
+    return Do([=, this] {
+      return inner_->FusedAbsMax(in, rows, cols, groups, absmax);
+    });
+  }
+  absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
+                             const RowGroups& groups, const float* absmax,
+                             uint8_t* q, float* scale) override {
+    ++fused_quantizes_;
+    return Do([=, this] {
+      return inner_->FusedQuantize(in, rows, cols, groups, absmax, q, scale);
+    });
+  }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {
     return Do([=, this] { return inner_->QuantizeStatic(x, count, scale, q); });
@@ -220,7 +236,7 @@ class CapturingBackend : public Backend {
   bool capturing_ = false;
   bool fail_next_ = false;
   std::vector<Op> recording_;
-  int64_t captures_ = 0, replays_ = 0;
+  int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0;
 };
 
 }  // namespace octet::testing

@@ -4,7 +4,9 @@
 // captures must give what the same model gives run eagerly, bit for bit:
 // tokens, logits and the KV cache (padding rows write nothing). Buckets,
 // warm-up before capture, invalidation when buffers move or the cache
-// changes, and a refused capture are each checked.
+// changes, and a refused capture are each checked. The same pair of models
+// also checks that fusing FP8 input quantization into its producers
+// changes no bit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -234,6 +236,44 @@ TEST_P(DecodeGraphTest, BatchesAboveTheLargestBucketRunEagerly) {
   DecodeBoth(*eager_, *eager_cache, *graphed_, *graph_cache, 3, 4, 5);
   EXPECT_EQ(graphed_->graph_stats().warmups, 0);
   EXPECT_EQ(graphed_->graph_stats().replays, 0);
+}
+
+// Not graphs, but the same model pair serves: FP8 inputs quantized where
+// RMSNorm and SiLU·up make them (ModelOptions::fuse_input_quantization)
+// give the logits, codes and scales of the model that stores them first.
+TEST_P(DecodeGraphTest, FusedInputQuantizationChangesNoBit) {
+  ModelOptions o;
+  o.method = GetParam();
+  o.cpu.num_threads = 1;
+  o.fuse_input_quantization = false;
+  auto stored = LlamaModel::Load(*ckpt_, *eager_backend_, o);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  auto a = Cache(*graphed_);
+  auto b = Cache(**stored);
+  std::vector<std::vector<int32_t>> ta(3), tb(3);
+  std::vector<SequenceStep> sa, sb;
+  std::vector<std::vector<int32_t>> prompts = {
+      {5, 9, 200, 3}, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(a->Reserve(prompts[i].size(), &ta[i]).ok());
+    ASSERT_TRUE(b->Reserve(prompts[i].size(), &tb[i]).ok());
+    sa.push_back({prompts[i], 0, &ta[i]});
+    sb.push_back({prompts[i], 0, &tb[i]});
+  }
+  ForwardTrace fused_trace, stored_trace;
+  fused_trace.record_codes = stored_trace.record_codes = true;
+  std::vector<float> fused_logits, stored_logits;
+  const int64_t before = capturing_->fused_quantizes();
+  ASSERT_TRUE(graphed_->Forward(sa, *a, &fused_logits, &fused_trace).ok());
+  ASSERT_TRUE((*stored)->Forward(sb, *b, &stored_logits, &stored_trace).ok());
+  EXPECT_EQ(fused_logits, stored_logits);
+  EXPECT_EQ(fused_trace.codes, stored_trace.codes);
+  EXPECT_EQ(fused_trace.scales, stored_trace.scales);
+  // FP8 fuses three of each layer's four inputs (o_proj's is attention's
+  // output, in memory); unquantized layers have nothing to fuse.
+  const int64_t layers = graphed_->config().num_layers;
+  EXPECT_EQ(capturing_->fused_quantizes() - before,
+            GetParam() == LinearMethod::kFp8 ? 3 * layers : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, DecodeGraphTest,
