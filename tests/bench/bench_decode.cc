@@ -8,11 +8,15 @@
 // checkpoint's weights unquantized: BF16 GEMMs for a bf16 checkpoint (on the
 // GPU against cuBLASLt's BF16, the baseline FP8 has to beat).
 //
+// A step is what serving runs: the forward and greedy tokens chosen on the
+// device (LlamaModel::ForwardSample), only the ids copied back; on CUDA a
+// decode batch replays its captured graph (--graph_max_batch=0: never).
+//
 // Loading a large model dominates the run (the mistral-7b preset is 14 GB,
 // loaded twice), so one process measures every batch size.
 //
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
-//                [--prompt_tokens 16] [--batch 1,8,32]
+//                [--prompt_tokens 16] [--batch 1,8,32] [--graph_max_batch 64]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +41,9 @@ ABSL_FLAG(std::string, batch, "1",
           "sequences decoded together; a comma-separated list measures each "
           "size in turn with the models loaded once");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
+ABSL_FLAG(int32_t, graph_max_batch, 64,
+          "decode batches up to this size replay captured graphs on a "
+          "backend that can capture (CUDA); 0: never");
 
 namespace octet {
 namespace {
@@ -135,6 +142,7 @@ int Main(int argc, char** argv) {
     ModelOptions o;
     o.method = i == 0 ? LinearMethod::kNone : LinearMethod::kFp8;
     o.cpu = cpu;
+    o.graph_max_batch = absl::GetFlag(FLAGS_graph_max_batch);
     const auto t0 = Clock::now();
     absl::StatusOr<std::unique_ptr<LlamaModel>> m =
         LlamaModel::Load(**ckpt, **backend, o);
@@ -148,7 +156,9 @@ int Main(int argc, char** argv) {
                dir.c_str(), (*backend)->Describe().c_str(),
                runners[0].model->WeightBytes() / double(1 << 30), load_s[0],
                runners[1].model->WeightBytes() / double(1 << 30), load_s[1]);
-  std::vector<float> logits;
+  // Each step ends as serving's does: greedy tokens chosen on the device,
+  // only their ids copied back.
+  std::vector<SampledToken> sampled;
   int batch = 0;
   auto step = [&](Runner& r, int64_t count) -> absl::Status {
     std::vector<SequenceStep> seqs;
@@ -160,7 +170,11 @@ int Main(int argc, char** argv) {
       }
       seqs.push_back({ids, r.position, &r.tables[b]});
     }
-    absl::Status s = r.model->Forward(seqs, *r.cache, &logits);
+    std::vector<SampleRow> rows(batch);
+    for (int b = 0; b < batch; ++b) {
+      rows[b] = {.logits_row = b, .params = {.temperature = 0.0f}};
+    }
+    absl::Status s = r.model->ForwardSample(seqs, *r.cache, rows, &sampled);
     r.position += count;
     return s;
   };
