@@ -81,7 +81,29 @@ struct AttentionMetadata {
   int64_t max_blocks = 0;
   int64_t block_size = 0;
   int64_t sliding_window = 0;  // 0: attend to the whole context
+  // Optional, for backends that tile queries (CUDA prefill): the batch's
+  // tokens cut into runs of consecutive tokens of one sequence, as device
+  // [num_query_tiles][2] (first token, tokens). Null: none given.
+  const int32_t* query_tiles = nullptr;
+  int64_t num_query_tiles = 0;
 };
+
+// The query tiles of a batch whose sequences' new tokens are the runs
+// [first[s], first[s] + count[s]) of its rows: each run cut into tiles of at
+// most `tile` tokens, as (first row, rows) pairs, flattened
+// (AttentionMetadata::query_tiles).
+inline std::vector<int32_t> QueryTiles(const std::vector<int32_t>& first,
+                                       const std::vector<int32_t>& count,
+                                       int32_t tile) {
+  std::vector<int32_t> tiles;
+  for (size_t s = 0; s < first.size(); ++s) {
+    for (int32_t t = 0; t < count[s]; t += tile) {
+      tiles.push_back(first[s] + t);
+      tiles.push_back(count[s] - t < tile ? count[s] - t : tile);
+    }
+  }
+  return tiles;
+}
 
 // Consecutive rows of an activation matrix that form one tensor for FP8
 // activation scales: the sequences of a forward pass.
@@ -179,6 +201,10 @@ class Backend {
                                  void* out) = 0;
   // The largest head_dim Attention takes (models are checked at load).
   virtual int64_t max_head_dim() const = 0;
+  // Attention reads each key once for a tile of queries when the metadata
+  // carries query tiles of at most this many tokens (prefill on CUDA); 0:
+  // it takes none and the caller need not make them.
+  virtual int64_t attention_query_tile() const { return 0; }
 
   // y[rows][w.out] = x[rows][w.in] · Wᵀ for unquantized weights; y in the
   // activation dtype or kF32 (logits).

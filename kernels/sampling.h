@@ -75,13 +75,13 @@ class Sampler {
 // goes, and the tokens whose logits the repetition penalty lowers.
 struct SampleRow {
   int64_t logits_row = 0;  // which row of the logits
-  SamplingParams params;
+  SamplingParams params = {};
   int64_t position = 0;  // of the token being chosen: the draw's position
   // > 0; 1 leaves the logits alone. For each distinct token id in `history`
   // (ids outside the vocabulary are ignored): a positive logit is divided
   // by it, any other multiplied.
   float repetition_penalty = 1.0f;
-  absl::Span<const int32_t> history;
+  absl::Span<const int32_t> history = {};
   bool logprob = false;  // also return the token's log-probability
 };
 

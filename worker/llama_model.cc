@@ -45,12 +45,14 @@ struct MetadataLayout {
       : positions(tokens),
         slots(2 * tokens),
         token_seq(3 * tokens),
-        last_rows(4 * tokens),
-        tables(4 * tokens + seqs),
+        query_tiles(4 * tokens),  // at most one tile per token
+        last_rows(6 * tokens),
+        tables(6 * tokens + seqs),
         end(tables + table_entries) {}
   size_t bytes() const { return end * sizeof(int32_t); }
 
-  int64_t ids = 0, positions, slots, token_seq, last_rows, tables, end;
+  int64_t ids = 0, positions, slots, token_seq, query_tiles, last_rows, tables,
+          end;
 };
 
 // Grows `buf` to at least `bytes`.
@@ -355,6 +357,7 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   s.positions = base + layout.positions;
   s.slots = base + layout.slots;
   s.token_seq = base + layout.token_seq;
+  s.query_tiles = base + layout.query_tiles;
   s.last_rows = base + layout.last_rows;
   s.tables = base + layout.tables;
   // Captures name the buffers they were captured with.
@@ -514,6 +517,9 @@ struct LlamaModel::HostBatch {
   std::vector<int32_t> last_rows;  // per sequence: the row of its last token
   std::vector<int32_t> tables;     // [sequences][max_blocks] block ids
   int64_t max_blocks = 1;
+  // For backends that tile queries, in a batch with a prompt chunk:
+  // QueryTiles of the sequences' runs (kernels/backend.h); else empty.
+  std::vector<int32_t> query_tiles;
 
   int64_t num_tokens() const { return static_cast<int64_t>(ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(last_rows.size()); }
@@ -592,6 +598,21 @@ absl::StatusOr<LlamaModel::HostBatch> LlamaModel::BuildBatch(
     }
     batch.last_rows.push_back(static_cast<int32_t>(batch.ids.size() - 1));
   }
+  // Query tiles only where a prompt chunk makes them pay; a decode batch's
+  // shapes stay fixed for its graph.
+  const int64_t tile = backend_.attention_query_tile();
+  const bool prefill =
+      std::any_of(steps.begin(), steps.end(),
+                  [](const SequenceStep& s) { return s.tokens.size() > 1; });
+  if (tile > 0 && prefill) {
+    std::vector<int32_t> first, count;
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      const int32_t n = static_cast<int32_t>(steps[i].tokens.size());
+      first.push_back(batch.last_rows[i] - n + 1);
+      count.push_back(n);
+    }
+    batch.query_tiles = QueryTiles(first, count, static_cast<int32_t>(tile));
+  }
   return batch;
 }
 
@@ -607,6 +628,7 @@ absl::Status LlamaModel::UploadBatch(const HostBatch& batch) {
                          std::pair{&batch.positions, layout.positions},
                          std::pair{&batch.slots, layout.slots},
                          std::pair{&batch.token_seq, layout.token_seq},
+                         std::pair{&batch.query_tiles, layout.query_tiles},
                          std::pair{&batch.last_rows, layout.last_rows},
                          std::pair{&batch.tables, layout.tables}}) {
     std::copy(src->begin(), src->end(), host.begin() + at);
@@ -624,6 +646,8 @@ AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
   meta.slots = s.slots;
   meta.token_seq = s.token_seq;
   meta.block_tables = s.tables;
+  meta.query_tiles = batch.query_tiles.empty() ? nullptr : s.query_tiles;
+  meta.num_query_tiles = static_cast<int64_t>(batch.query_tiles.size() / 2);
   meta.max_blocks = batch.max_blocks;
   meta.block_size = cache.block_size();
   meta.sliding_window = config_.sliding_window.value_or(0);

@@ -164,11 +164,13 @@ class LlamaModel {
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     // A forward's metadata in one buffer, so that it goes up in one copy:
-    // ids, positions, slots, token_seq [tokens]; last_rows [seqs]; tables
-    // [table_entries] (int32, at the offsets of MetadataLayout).
+    // ids, positions, slots, token_seq [tokens]; query_tiles [2 * tokens];
+    // last_rows [seqs]; tables [table_entries] (int32, at the offsets of
+    // MetadataLayout).
     DeviceBuffer metadata;
     int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr,
-            *token_seq = nullptr, *last_rows = nullptr, *tables = nullptr;
+            *token_seq = nullptr, *query_tiles = nullptr, *last_rows = nullptr,
+            *tables = nullptr;
     DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
   };
@@ -256,7 +258,7 @@ class LlamaModel {
   // never stored (FusedInput).
   struct Input {
     const void* x = nullptr;
-    std::optional<FusedInput> fused;
+    std::optional<FusedInput> fused = std::nullopt;
   };
   // The input `producer` makes for w, [rows][cols]: fused when w is FP8
   // with dynamic scales (and ModelOptions::fuse_input_quantization), else

@@ -2,14 +2,18 @@
 // arithmetic only, so that it is tested without a GPU
 // (tests/kernels/attention_plan_test.cc).
 //
-// A thread block takes one token, one KV head and up to kAttentionHeadsPerBlock
+// Two kernels. Decode (few tokens) uses the split kernel: a thread block
+// takes one token, one KV head and up to kAttentionHeadsPerBlock
 // of the query heads that share it (grouped-query attention: the K and V
 // rows are loaded once for all of them), and one of `splits` equal parts of
 // the token's keys. With few tokens (decode) the keys are split so that the
 // GPU has about two blocks per multiprocessor (flash-decoding); a second
 // kernel then merges each head's parts (their running max, sum and
-// weighted values). With many tokens (prefill) there is one part and no
-// merge.
+// weighted values). Prefill (enough tokens to fill the GPU without
+// splitting, and the model's query tiles in the metadata) uses the tiled
+// kernel: a block takes a tile of up to kAttentionTileTokens consecutive
+// tokens of one sequence, one KV head and its query heads, and loads each
+// run of kAttentionTileKeys keys into shared memory once for all of them.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +28,11 @@
 namespace octet::cuda {
 
 inline constexpr int64_t kAttentionHeadsPerBlock = 4;
+inline constexpr int64_t kAttentionTileTokens = 8;
+inline constexpr int64_t kAttentionTileKeys = 32;
+// The tiled kernel keeps 2 tokens x 4 heads of query and output rows per
+// warp in registers; wider heads take the split kernel.
+inline constexpr int64_t kAttentionTiledMaxHeadDim = 128;
 inline constexpr int64_t kAttentionMaxSplits = 32;
 // A part holds at least this many keys (fewer parts for short contexts).
 inline constexpr int64_t kAttentionMinKeysPerSplit = 32;
@@ -67,6 +76,13 @@ OCTET_ATTENTION_HOST_DEVICE inline void AttentionSplitRange(
 inline int64_t AttentionPartialFloats(int64_t tokens, int64_t heads,
                                       int64_t head_dim, int64_t splits) {
   return splits > 1 ? tokens * heads * splits * (head_dim + 2) : 0;
+}
+
+// Whether a batch takes the tiled kernel: it has tiles, one part per
+// token suffices (attention_plan's AttentionSplits), and the heads fit.
+inline bool AttentionUsesTiles(int64_t tiles, int64_t splits,
+                               int64_t head_dim) {
+  return tiles > 0 && splits == 1 && head_dim <= kAttentionTiledMaxHeadDim;
 }
 
 }  // namespace octet::cuda

@@ -70,6 +70,9 @@ class CudaBackend : public Backend {
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   DType activation_dtype() const override { return DType::kBf16; }
   int64_t max_head_dim() const override { return cuda::kAttentionMaxHeadDim; }
+  int64_t attention_query_tile() const override {
+    return cuda::kAttentionTileTokens;
+  }
   std::string Describe() const override {
     return absl::StrCat("cuda:", device_, " ", DescribeCudaDevice(device_));
   }

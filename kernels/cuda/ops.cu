@@ -348,6 +348,135 @@ __global__ void __launch_bounds__(32 * kAttnWarps) AttentionKernel(AttnArgs a) {
   }
 }
 
+// The tiled kernel (attention_plan.h): a block per (query tile, KV head,
+// head chunk); each warp keeps two of the tile's tokens for the block's
+// heads in registers; every kAttentionTileKeys keys of the tile's range
+// are loaded into shared memory once and used by all of them. A key
+// outside a token's own range (later than it, or before its window) is
+// skipped for that token: warp-uniform, since a warp's rows are its own.
+constexpr int kTileTokensPerWarp =
+    static_cast<int>(kAttentionTileTokens) / kAttnWarps;
+constexpr int kTileKeys = static_cast<int>(kAttentionTileKeys);
+
+template <int kDims>
+__global__ void __launch_bounds__(32 * kAttnWarps)
+    TiledAttentionKernel(AttnArgs a) {
+  const int64_t chunks = (a.group + kAttnHeads - 1) / kAttnHeads;
+  const int64_t chunk = blockIdx.y % chunks, kvh = blockIdx.y / chunks;
+  const int64_t h0 = kvh * a.group + chunk * kAttnHeads;
+  const int nh = static_cast<int>(a.group - chunk * kAttnHeads < kAttnHeads
+                                      ? a.group - chunk * kAttnHeads
+                                      : kAttnHeads);
+  const AttentionMetadata& meta = a.meta;
+  const int64_t tile_first = meta.query_tiles[2 * blockIdx.x];
+  const int64_t tile_tokens = meta.query_tiles[2 * blockIdx.x + 1];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t* table =
+      meta.block_tables + meta.token_seq[tile_first] * meta.max_blocks;
+  const int64_t width = a.kv_heads * a.head_dim;
+  const float scale = rsqrtf(static_cast<float>(a.head_dim));
+  auto first_key = [&](int64_t pos) {
+    return meta.sliding_window > 0 && pos - meta.sliding_window + 1 > 0
+               ? pos - meta.sliding_window + 1
+               : int64_t{0};
+  };
+  // The tile's keys: from its first token's first key to its last token.
+  const int64_t key_begin = first_key(meta.positions[tile_first]);
+  const int64_t key_end = meta.positions[tile_first + tile_tokens - 1] + 1;
+
+  int64_t token[kTileTokensPerWarp], pos[kTileTokensPerWarp],
+      first[kTileTokensPerWarp];
+  bool live[kTileTokensPerWarp];
+  float qv[kTileTokensPerWarp][kAttnHeads][kDims];
+  float acc[kTileTokensPerWarp][kAttnHeads][kDims];
+  float m[kTileTokensPerWarp][kAttnHeads], l[kTileTokensPerWarp][kAttnHeads];
+#pragma unroll
+  for (int u = 0; u < kTileTokensPerWarp; ++u) {
+    const int64_t r = warp * kTileTokensPerWarp + u;
+    live[u] = r < tile_tokens;
+    token[u] = tile_first + (live[u] ? r : 0);
+    pos[u] = meta.positions[token[u]];
+    first[u] = first_key(pos[u]);
+#pragma unroll
+    for (int h = 0; h < kAttnHeads; ++h) {
+      m[u][h] = -INFINITY;
+      l[u][h] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int64_t d = lane + 32 * i;
+        qv[u][h][i] =
+            live[u] && h < nh && d < a.head_dim
+                ? Load(a.q + token[u] * a.q_stride + (h0 + h) * a.head_dim, d) *
+                      scale
+                : 0.0f;
+        acc[u][h][i] = 0.0f;
+      }
+    }
+  }
+
+  __shared__ bf16 sk[kTileKeys][32 * kDims], sv[kTileKeys][32 * kDims];
+  for (int64_t base = key_begin; base < key_end; base += kTileKeys) {
+    const int64_t n = key_end - base < kTileKeys ? key_end - base : kTileKeys;
+    __syncthreads();  // the previous keys are used up
+    for (int64_t e = threadIdx.x; e < n * a.head_dim; e += 32 * kAttnWarps) {
+      const int64_t jj = e / a.head_dim, d = e % a.head_dim, j = base + jj;
+      const int64_t slot =
+          static_cast<int64_t>(table[j / meta.block_size]) * meta.block_size +
+          j % meta.block_size;
+      sk[jj][d] = a.k_cache[slot * width + kvh * a.head_dim + d];
+      sv[jj][d] = a.v_cache[slot * width + kvh * a.head_dim + d];
+    }
+    __syncthreads();
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const int64_t j = base + jj;
+      float kd[kDims], vd[kDims];
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int d = lane + 32 * i;
+        kd[i] = d < a.head_dim ? __bfloat162float(sk[jj][d]) : 0.0f;
+        vd[i] = d < a.head_dim ? __bfloat162float(sv[jj][d]) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kTileTokensPerWarp; ++u) {
+        if (!live[u] || j < first[u] || j > pos[u]) continue;
+#pragma unroll
+        for (int h = 0; h < kAttnHeads; ++h) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kDims; ++i) dot += qv[u][h][i] * kd[i];
+          for (int o = 16; o > 0; o >>= 1) {
+            dot += __shfl_xor_sync(0xFFFFFFFFu, dot, o);
+          }
+          const float m_new = fmaxf(m[u][h], dot);
+          const float correction = expf(m[u][h] - m_new), p = expf(dot - m_new);
+          l[u][h] = l[u][h] * correction + p;
+#pragma unroll
+          for (int i = 0; i < kDims; ++i) {
+            acc[u][h][i] = acc[u][h][i] * correction + p * vd[i];
+          }
+          m[u][h] = m_new;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kTileTokensPerWarp; ++u) {
+    if (!live[u]) continue;
+#pragma unroll
+    for (int h = 0; h < kAttnHeads; ++h) {
+      if (h >= nh) continue;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int64_t d = lane + 32 * i;
+        if (d < a.head_dim) {
+          Store(a.out + token[u] * a.heads * a.head_dim + (h0 + h) * a.head_dim,
+                d, acc[u][h][i] / l[u][h]);
+        }
+      }
+    }
+  }
+}
+
 // Merges a token's parts per head: out = Σ value_s·e^(m_s - M) / Σ
 // sum_s·e^(m_s - M), M the largest m_s of the parts that saw keys.
 __global__ void AttentionMergeKernel(const float* partials, int64_t heads,
@@ -520,8 +649,27 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                       static_cast<const bf16*>(v_cache),
                       static_cast<bf16*>(out),
                       partials};
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
   constexpr int kThreads = 32 * kAttnWarps;
+  if (AttentionUsesTiles(meta.num_query_tiles, splits, head_dim)) {
+    const int64_t chunks = (heads / kv_heads + kAttnHeads - 1) / kAttnHeads;
+    const dim3 tiles(static_cast<unsigned>(meta.num_query_tiles),
+                     static_cast<unsigned>(kv_heads * chunks));
+    static_assert(kAttentionTiledMaxHeadDim == 32 * 4);
+    switch ((head_dim + 31) / 32) {
+#define OCTET_TILED_DIMS(n)                                        \
+  case n:                                                          \
+    TiledAttentionKernel<n><<<tiles, kThreads, 0, stream>>>(args); \
+    break;
+      OCTET_TILED_DIMS(1)
+      OCTET_TILED_DIMS(2)
+      OCTET_TILED_DIMS(3)
+      OCTET_TILED_DIMS(4)
+#undef OCTET_TILED_DIMS
+    }
+    OCTET_LAUNCHED();
+    return absl::OkStatus();
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
   static_assert(kAttentionMaxHeadDim == 32 * 8);
   switch ((head_dim + 31) / 32) {
 #define OCTET_ATTENTION_DIMS(n)                              \

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
 
 namespace octet::cuda {
 namespace {
@@ -16,7 +19,7 @@ TEST(AttentionPlan, DecodeIsSplitToFillTheGpuAndPrefillIsNot) {
   // Mistral-7B: 32 heads on 8 KV heads, 4 per block: 8 blocks a token.
   EXPECT_EQ(AttentionBlocks(1, 32, 8), 8);
   EXPECT_EQ(AttentionSplits(1, 32, 8, kH200), kAttentionMaxSplits);
-  EXPECT_EQ(AttentionSplits(8, 32, 8, kH200), 5);  // 64 blocks: 264 / 64
+  EXPECT_EQ(AttentionSplits(8, 32, 8, kH200), 5);   // 64 blocks: 264 / 64
   EXPECT_EQ(AttentionSplits(17, 32, 8, kH200), 1);  // 136 blocks fill it
   EXPECT_EQ(AttentionSplits(2048, 32, 8, kH200), 1);
   // Eight query heads per KV head: two blocks per KV head.
@@ -48,6 +51,21 @@ TEST(AttentionPlan, PartsCoverEachKeyOnceInOrder) {
       }
     }
   }
+}
+
+// Each sequence's run of new tokens cut into tiles of at most 8, never
+// across sequences.
+TEST(AttentionPlan, QueryTilesCutEachSequencesRun) {
+  EXPECT_EQ(QueryTiles({0, 5, 25}, {5, 20, 1}, 8),
+            (std::vector<int32_t>{0, 5, 5, 8, 13, 8, 21, 4, 25, 1}));
+  EXPECT_TRUE(QueryTiles({}, {}, 8).empty());
+}
+
+TEST(AttentionPlan, TilesOnlyWhenOnePartSufficesAndHeadsFit) {
+  EXPECT_TRUE(AttentionUsesTiles(4, 1, 128));
+  EXPECT_FALSE(AttentionUsesTiles(0, 1, 128));  // none given: decode
+  EXPECT_FALSE(AttentionUsesTiles(4, 3, 128));  // split: few tokens
+  EXPECT_FALSE(AttentionUsesTiles(4, 1, 256));  // too wide for registers
 }
 
 TEST(AttentionPlan, ScratchOnlyForSeveralParts) {

@@ -454,7 +454,7 @@ absl::StatusOr<Output> RunSiluMul(Backend& b, const Env&) {
 
 // Device copies of the int32 arrays of an AttentionMetadata.
 struct DeviceMeta {
-  DeviceBuffer positions, slots, token_seq, tables;
+  DeviceBuffer positions, slots, token_seq, tables, tiles;
   AttentionMetadata meta;
 };
 
@@ -464,6 +464,7 @@ struct DeviceMeta {
 // sequence (0 .. last), its slot in `cached_slots`.
 struct Layout {
   std::vector<int32_t> positions, slots, token_seq, tables;
+  std::vector<int32_t> first_rows, new_tokens;  // per sequence
   std::vector<int32_t> cached_slots;
   int64_t max_blocks = 0, block_size = 0, num_slots = 0;
 };
@@ -491,6 +492,8 @@ Layout MakeLayout(const std::vector<std::pair<int64_t, int64_t>>& seqs,
       l.tables[s * l.max_blocks + j] = blocks[next++];
     }
     const auto [start, count] = seqs[s];
+    l.first_rows.push_back(static_cast<int32_t>(l.slots.size()));
+    l.new_tokens.push_back(static_cast<int32_t>(count));
     for (int64_t p = 0; p < start + count; ++p) {
       const int32_t slot = static_cast<int32_t>(
           l.tables[s * l.max_blocks + p / block_size] * block_size +
@@ -506,8 +509,9 @@ Layout MakeLayout(const std::vector<std::pair<int64_t, int64_t>>& seqs,
   return l;
 }
 
+// With `tiles`, the query tiles the backend asks for (if any).
 absl::StatusOr<DeviceMeta> UploadMeta(Backend& b, const Layout& l,
-                                      int64_t window) {
+                                      int64_t window, bool tiles = false) {
   DeviceMeta m;
   OCTET_ASSIGN_OR_RETURN(m.positions, Upload(b, l.positions));
   OCTET_ASSIGN_OR_RETURN(m.slots, Upload(b, l.slots));
@@ -521,6 +525,14 @@ absl::StatusOr<DeviceMeta> UploadMeta(Backend& b, const Layout& l,
                              .max_blocks = l.max_blocks,
                              .block_size = l.block_size,
                              .sliding_window = window};
+  if (tiles && b.attention_query_tile() > 0) {
+    const std::vector<int32_t> t =
+        QueryTiles(l.first_rows, l.new_tokens,
+                   static_cast<int32_t>(b.attention_query_tile()));
+    OCTET_ASSIGN_OR_RETURN(m.tiles, Upload(b, t));
+    m.meta.query_tiles = m.tiles.as<int32_t>();
+    m.meta.num_query_tiles = static_cast<int64_t>(t.size() / 2);
+  }
   return m;
 }
 
@@ -560,6 +572,7 @@ struct AttentionCase {
   int64_t block_size, window;
   bool fused_q;  // q rows inside fused [q | k | v] rows (q_stride wider)
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (start, new tokens)
+  bool tiles = false;  // give the query tiles the backend asks for
 };
 
 // Paged attention over caches holding every position of every sequence up
@@ -585,7 +598,7 @@ absl::StatusOr<Output> RunAttention(Backend& b, const Env& env,
   }
   const int64_t q_stride =
       (c.fused_q ? c.heads + 2 * c.kv_heads : c.heads) * head_dim;
-  OCTET_ASSIGN_OR_RETURN(DeviceMeta m, UploadMeta(b, l, c.window));
+  OCTET_ASSIGN_OR_RETURN(DeviceMeta m, UploadMeta(b, l, c.window, c.tiles));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer q,
                          UploadAct(b, NormalBf16Values(tokens * q_stride, 63)));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer kc, UploadAct(b, k));
@@ -1001,7 +1014,9 @@ absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
   std::vector<SampledToken> out(sample.size());
   OCTET_RETURN_IF_ERROR(b.Sample(dx.as<float>(), vocab, sample, out.data()));
   std::vector<int32_t> ids;
-  Field logprobs{.name = "logprobs", .check = Check::kNear};
+  Field logprobs;
+  logprobs.name = "logprobs";
+  logprobs.check = Check::kNear;
   for (const SampledToken& t : out) {
     ids.push_back(t.id);
     logprobs.values.push_back(t.logprob);
@@ -1116,6 +1131,25 @@ const std::vector<Case>& Cases() {
        {0x1p-7, 2e-3},
        [](Backend& b, const Env& e) {
          return RunAttention(b, e, {32, 8, 128, 16, 0, true, {{0, 40}}});
+       }},
+      // The same kind of batch with query tiles (the CUDA prefill kernel):
+      // prompt chunks of 40 and 17 (tiles of 8 and a tail) and a decode
+      // token, with and without a window that cuts into the chunks.
+      {"AttentionPrefillTiles",
+       {"Attention", "attention_query_tile"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         return RunAttention(
+             b, e,
+             {32, 8, 128, 16, 0, true, {{0, 40}, {100, 17}, {500, 1}}, true});
+       }},
+      {"AttentionPrefillTilesWindow",
+       {"Attention", "attention_query_tile"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         return RunAttention(
+             b, e,
+             {32, 8, 64, 16, 20, true, {{0, 40}, {100, 17}, {500, 1}}, true});
        }},
       {"AttentionMaxHeadDim",
        {"Attention", "max_head_dim"},

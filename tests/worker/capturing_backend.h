@@ -41,6 +41,9 @@ class CapturingBackend : public Backend {
     return "capturing " + inner_->Describe();
   }
   int64_t max_head_dim() const override { return inner_->max_head_dim(); }
+  int64_t attention_query_tile() const override {
+    return inner_->attention_query_tile();
+  }
   bool has_block_sums() const override { return inner_->has_block_sums(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {

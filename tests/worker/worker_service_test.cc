@@ -106,6 +106,30 @@ class WorkerServiceTest : public ::testing::Test {
     return statuses;
   }
 
+  // One rank in this process, loaded as Base() loads a worker.
+  struct InProcess {
+    std::unique_ptr<Checkpoint> ckpt;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<LlamaModel> model;
+    std::unique_ptr<KvCache> cache;
+  };
+  static void LoadInProcess(InProcess* out) {
+    auto ckpt = Checkpoint::Open(Model());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    out->ckpt = *std::move(ckpt);
+    out->backend = NewCpuBackend({.num_threads = 1});
+    ModelOptions options;
+    options.method = LinearMethod::kFp8;
+    options.cpu.num_threads = 1;
+    auto model = LlamaModel::Load(*out->ckpt, *out->backend, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    out->model = *std::move(model);
+    auto cache = out->model->NewKvCache(
+        {.block_size = kBlockSize, .num_blocks = kBlocks});
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    out->cache = *std::move(cache);
+  }
+
   static rpc::LoadRequest Base() {
     rpc::LoadRequest r;
     r.set_model_dir(Model());
@@ -170,17 +194,8 @@ TEST_F(WorkerServiceTest, TwoRanksGenerateWhatOneRankGeneratesInProcess) {
 
   for (float temperature : {0.0f, 0.9f}) {
     // One rank, in this process.
-    auto ckpt = Checkpoint::Open(Model());
-    ASSERT_TRUE(ckpt.ok());
-    auto backend = NewCpuBackend({.num_threads = 1});
-    ModelOptions options;
-    options.method = LinearMethod::kFp8;
-    options.cpu.num_threads = 1;
-    auto model = LlamaModel::Load(**ckpt, *backend, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    auto cache =
-        (*model)->NewKvCache({.block_size = kBlockSize, .num_blocks = kBlocks});
-    ASSERT_TRUE(cache.ok());
+    InProcess one;
+    ASSERT_NO_FATAL_FAILURE(LoadInProcess(&one));
     std::vector<GenerationRequest> requests;
     for (size_t i = 0; i < Prompts().size(); ++i) {
       GenerationRequest r;
@@ -190,7 +205,7 @@ TEST_F(WorkerServiceTest, TwoRanksGenerateWhatOneRankGeneratesInProcess) {
       r.sampling.seed = 100 + i;
       requests.push_back(r);
     }
-    auto expected = Generate(**model, **cache, requests);
+    auto expected = Generate(*one.model, *one.cache, requests);
     ASSERT_TRUE(expected.ok()) << expected.status();
 
     // Two ranks, driven by the scheduler (a small token budget, so that
@@ -267,21 +282,12 @@ TEST_F(WorkerServiceTest, SamplesWithPenaltyAndLogprobAsTheReference) {
   ASSERT_EQ((*responses)[0].tokens_size(), 1);
   const rpc::SampledToken& got = (*responses)[0].tokens(0);
 
-  auto ckpt = Checkpoint::Open(Model());
-  ASSERT_TRUE(ckpt.ok());
-  auto backend = NewCpuBackend({.num_threads = 1});
-  ModelOptions options;
-  options.method = LinearMethod::kFp8;
-  options.cpu.num_threads = 1;
-  auto model = LlamaModel::Load(**ckpt, *backend, options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto cache =
-      (*model)->NewKvCache({.block_size = kBlockSize, .num_blocks = kBlocks});
-  ASSERT_TRUE(cache.ok());
+  InProcess one;
+  ASSERT_NO_FATAL_FAILURE(LoadInProcess(&one));
   const std::vector<int32_t> table = {0};
   const SequenceStep step{prompt, 0, &table};
   std::vector<float> logits;
-  ASSERT_TRUE((*model)->Forward({&step, 1}, **cache, &logits).ok());
+  ASSERT_TRUE(one.model->Forward({&step, 1}, *one.cache, &logits).ok());
   const SampledToken want = SampleOne(
       logits,
       {.params = {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 77},
