@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/bf16.h"
 #include "kernels/status_macros.h"
 #include "kernels/tree_sum.h"
 #include "parallel/gather_reduce.h"
@@ -226,6 +227,18 @@ class GlooCommunicator : public parallel_internal::GatherReduceCommunicator {
 };
 
 }  // namespace
+
+absl::Status Communicator::AllReduceSumBf16(void* data, int64_t count) {
+  if (count < 0)
+    return absl::InvalidArgumentError("AllReduceSumBf16: count < 0");
+  Bf16* values = static_cast<Bf16*>(data);
+  std::vector<float> wide(count);
+  for (int64_t i = 0; i < count; ++i) wide[i] = Bf16ToFloat(values[i]);
+  absl::Status s = AllReduceSum(wide.data(), count);
+  if (!s.ok()) return s;
+  for (int64_t i = 0; i < count; ++i) values[i] = FloatToBf16(wide[i]);
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Communicator> NewSingleRankCommunicator() {
   return std::make_unique<SingleRankCommunicator>();

@@ -46,6 +46,12 @@ class NcclCommunicator : public Communicator {
                            options_.stream);
     });
   }
+  absl::Status AllReduceSumBf16(void* data, int64_t count) override {
+    return Collective("AllReduceSumBf16", count, [&] {
+      return ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm_,
+                           options_.stream);
+    });
+  }
   absl::Status AllReduceMax(float* data, int64_t count) override {
     return Collective("AllReduceMax", count, [&] {
       return ncclAllReduce(data, data, count, ncclFloat, ncclMax, comm_,

@@ -1,5 +1,6 @@
 // The NCCL communicator: one GPU per rank, collectives on the rank's
-// compute stream (docs/design.md). Built with the CUDA backend (OCTET_HAVE_CUDA).
+// compute stream (docs/design.md). Built with the CUDA backend
+// (OCTET_HAVE_CUDA).
 //
 // The group connects through the rendezvous store (rank 0 publishes NCCL's
 // unique id). The communicator is non-blocking underneath: initialization

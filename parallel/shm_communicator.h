@@ -1,11 +1,11 @@
 // Collectives for the CPU ranks of one host through a shared-memory segment:
 // what tensor parallelism on one machine uses instead of Gloo's loopback TCP
-// (docs/design.md, "Decisions"). Decoding runs four collectives per layer, two of them
-// the one-float FP8 absmax sync, so their latency is the price of TP on a
-// CPU: a Gloo all-gather over loopback takes 130-340 us on the 2-core VM
-// (a kernel round trip plus wake-ups of Gloo's I/O thread and of the
-// waiting rank); here a rank writes its part into its slot of the segment and
-// polls the others' sequence numbers, spinning briefly and then yielding.
+// (docs/design.md, "Decisions"). Decoding runs four collectives per layer, two
+// of them the one-float FP8 absmax sync, so their latency is the price of TP on
+// a CPU: a Gloo all-gather over loopback takes 130-340 us on the 2-core VM (a
+// kernel round trip plus wake-ups of Gloo's I/O thread and of the waiting
+// rank); here a rank writes its part into its slot of the segment and polls the
+// others' sequence numbers, spinning briefly and then yielding.
 //
 // Every Communicator rule holds (communicator.h): results in TreeSum order,
 // the same on every rank; a rank that exits is Unavailable within about

@@ -1,4 +1,6 @@
-// collective_rank: one rank of a group (--transport gloo or shm), as its own
+// collective_rank: one rank of a group (--transport gloo or shm, or either
+// with "+staged": the collectives go through NewStagedCommunicator over the
+// CPU backend, whose "device" memory is host memory), as its own
 // process, for communicator_test. Connects through the rendezvous store at
 // --store, runs
 // --scenario and exits 0 when every check holds (1 otherwise, 2 on bad
@@ -22,11 +24,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/backend.h"
 #include "kernels/tree_sum.h"
 #include "parallel/communicator.h"
 #include "parallel/shm_communicator.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/store.h"
 
 ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
@@ -36,7 +42,8 @@ ABSL_FLAG(std::string, group, "test", "group name");
 ABSL_FLAG(int32_t, timeout_ms, 10000, "collective timeout");
 ABSL_FLAG(std::string, scenario, "collectives", "collectives, die or absent");
 ABSL_FLAG(int32_t, victim, 1, "die: the rank that exits");
-ABSL_FLAG(std::string, transport, "gloo", "gloo or shm");
+ABSL_FLAG(std::string, transport, "gloo",
+          "gloo or shm, optionally with +staged");
 ABSL_FLAG(int32_t, slot_bytes, 256,
           "shm: bytes per exchange (small, so that collectives take several)");
 
@@ -104,6 +111,18 @@ int Collectives(Communicator& comm) {
   CheckOk(comm.Broadcast(bytes.data(), bytes.size(), n - 1), "Broadcast");
   Check(bytes == "from the last rank", "broadcast payload: " + bytes);
   CheckOk(comm.Barrier(), "Barrier");
+  // bfloat16 sums: small integers, exact in bfloat16 and in any order.
+  std::vector<Bf16> half(300);
+  for (size_t i = 0; i < half.size(); ++i) {
+    half[i] = FloatToBf16(float(i % 7) * (r + 1));
+  }
+  CheckOk(comm.AllReduceSumBf16(half.data(), half.size()), "AllReduceSumBf16");
+  for (size_t i = 0; i < half.size(); ++i) {
+    if (Bf16ToFloat(half[i]) != float(i % 7) * ranks_sum) {
+      Check(false, absl::StrCat("bf16 sum[", i, "] = ", Bf16ToFloat(half[i])));
+      break;
+    }
+  }
   return failures == 0 ? 0 : 1;
 }
 
@@ -151,7 +170,9 @@ int Main() {
   const std::string group = absl::GetFlag(FLAGS_group);
   const absl::Duration timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  const std::string transport = absl::GetFlag(FLAGS_transport);
+  std::string transport = absl::GetFlag(FLAGS_transport);
+  const bool staged = absl::EndsWith(transport, "+staged");
+  if (staged) transport.resize(transport.size() - 7);
   const absl::Time start = absl::Now();
   // shm with small slots, so that collectives take several exchanges.
   auto comm =
@@ -176,6 +197,8 @@ int Main() {
                  comm.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<Backend> backend = NewCpuBackend();
+  if (staged) *comm = NewStagedCommunicator(*backend, *std::move(comm));
   if (scenario == "collectives") return Collectives(**comm);
   if (scenario == "die" || scenario == "stall") {
     return Die(**comm, scenario == "stall");

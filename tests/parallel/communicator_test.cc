@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -43,12 +44,18 @@ std::vector<int> RunGroup(const std::string& transport, int size, int ranks,
   return testing::RunTogether(commands, limit);
 }
 
-// The same scenarios for each transport of CPU ranks.
+// The same scenarios for each transport of CPU ranks, and for shared memory
+// staged from a backend's memory (the transport of several GPU ranks on one
+// GPU; here the CPU backend's).
 class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Transports, CommunicatorTest,
-                         ::testing::Values("gloo", "shm"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Values("gloo", "shm", "shm+staged"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 TEST_P(CommunicatorTest, CollectivesAreExactOnTwoThreeAndFourRanks) {
   for (int n : {2, 3, 4}) {
