@@ -65,6 +65,10 @@ ABSL_FLAG(std::string, weight_scale, "local",
           "(global: results equal TP=1's)");
 ABSL_FLAG(int32_t, port, 50051, "port of the public gRPC API");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
+ABSL_FLAG(std::string, gpus, "",
+          "CUDA device of each rank, comma separated (e.g. 0,0 puts two "
+          "ranks on GPU 0; they then share it through host staging); empty: "
+          "rank i on GPU i, remote workers on their GPU 0");
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of already running workers, one per rank, comma "
           "separated (instead of starting them)");
@@ -189,6 +193,7 @@ struct CoordinatorOptions {
   int health_port = 0;   // plaintext grpc.health.v1 alone; 0: none
   std::string rendezvous_host;
   int rendezvous_port = 0;
+  std::vector<int> gpus;  // --gpus: each rank's CUDA device (empty: rank i)
   int block_size = 0;
   int64_t kv_tokens = 0;
   int threads = 0;  // per worker; 0 resolved for spawned workers
@@ -253,6 +258,20 @@ absl::Status ParseRemoteWorkers(CoordinatorOptions& o) {
   }
   o.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   OCTET_RETURN_IF_ERROR(CheckPort("rendezvous_port", o.rendezvous_port));
+  if (!absl::GetFlag(FLAGS_gpus).empty()) {
+    for (absl::string_view g : absl::StrSplit(absl::GetFlag(FLAGS_gpus), ',')) {
+      int id = -1;
+      if (!absl::SimpleAtoi(g, &id) || id < 0) {
+        return Invalid(
+            absl::StrCat("--gpus entry '", g, "' is not a CUDA device number"));
+      }
+      o.gpus.push_back(id);
+    }
+    if (static_cast<int>(o.gpus.size()) != o.tp) {
+      return Invalid(absl::StrCat("--gpus lists ", o.gpus.size(),
+                                  " devices for --tp ", o.tp));
+    }
+  }
   if (!absl::GetFlag(FLAGS_workers).empty()) {
     o.remote = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',');
     if (static_cast<int>(o.remote.size()) != o.tp) {
@@ -492,6 +511,7 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
       (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "worker")
           .string();
   g.remote = o.remote;
+  g.gpus = o.gpus;
   g.token = o.token;
   g.tls = o.worker_tls;
   // Remote workers dial the address they were called from (wildcard host).

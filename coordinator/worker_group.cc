@@ -243,7 +243,9 @@ absl::Status WorkerGroup::LoadAll(const Progress& progress) {
       request.set_world_size(size());
       request.set_rendezvous_address(RendezvousAddress());
       request.set_group(group);
-      request.set_cuda_device(options_.remote.empty() ? r : 0);
+      request.set_cuda_device(!options_.gpus.empty()    ? options_.gpus[r]
+                              : options_.remote.empty() ? r
+                                                        : 0);
       auto reader = stubs_[r]->Load(contexts[r].get(), request);
       rpc::LoadProgress p;
       while (reader->Read(&p)) {

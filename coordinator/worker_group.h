@@ -39,6 +39,9 @@ struct WorkerGroupOptions {
   // Or already running workers, one HOST:PORT per rank (then nothing is
   // spawned), with their shared token.
   std::vector<std::string> remote;
+  // Each rank's CUDA device when it runs on CUDA; empty: rank i on GPU i
+  // (remote workers: their GPU 0).
+  std::vector<int> gpus;
   std::string token;
   // The link to remote workers over TLS (parallel/tls.h), when `tls.ca` is
   // set: the workers' certificates must be signed by `tls.ca` and name the

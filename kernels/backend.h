@@ -286,6 +286,13 @@ class Backend {
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture();
 
+  // out[r][p * cols + c] = parts[p][r][c] for p < num_parts (binary32): the
+  // vocabulary-parallel logits the ranks gathered ([rank][rows][cols]) laid
+  // out as one row per sequence.
+  virtual absl::Status InterleaveParts(const float* parts, int64_t num_parts,
+                                       int64_t rows, int64_t cols,
+                                       float* out) = 0;
+
   // out[i] = x[rows[i]] for `n` row indices (device int32).
   virtual absl::Status GatherRows(const void* x, int64_t cols,
                                   const int32_t* rows, int64_t n,

@@ -47,8 +47,9 @@ out=.gpu-bundle
 stage="$out/stage"  # what payload.tar.gz holds: bin/ and lib/
 rm -rf "$out"
 mkdir -p "$stage/bin" "$stage/lib/cxx"
+# tp_rank: the rank processes tensor_parallel_cuda_test starts.
 programs=(bench_gemm bench_decode bench_serving coordinator worker octet
-  "${gpu_tests[@]}")
+  tp_rank "${gpu_tests[@]}")
 for p in "${programs[@]}"; do cp "build/bin/$p" "$stage/bin/"; done
 # SentencePiece is a module the programs load from their own folder
 # (model/sentencepiece_bridge.h).

@@ -118,18 +118,31 @@ LayerSlices SliceLayer(const ModelConfig& c, const ShardPlan& sp) {
   };
 }
 
+// Runs `collective` on `n` host floats through a buffer of `backend`'s
+// memory (the communicator's), and copies the result back.
+template <typename F>
+absl::Status OnDevice(Backend& backend, float* host, int64_t n, F collective) {
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer d, backend.Allocate(n * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(
+      backend.CopyToDevice(d.data(), host, n * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(collective(d.as<float>()));
+  return backend.CopyToHost(host, d.data(), n * sizeof(float));
+}
+
 // How Load turns checkpoint weights into weights for `backend`, on a group
 // of `tp_size` ranks.
-WeightPolicy MakeWeightPolicy(const ModelOptions& options,
-                              const Backend& backend, int tp_size) {
+WeightPolicy MakeWeightPolicy(const ModelOptions& options, Backend& backend,
+                              int tp_size) {
   WeightPolicy policy;
   policy.method = options.method;
   policy.bf16_only = backend.kind() != DeviceKind::kCpu;
   policy.cpu = options.cpu;
   if (options.global_weight_scale && tp_size > 1) {
     Communicator* comm = options.comm;
-    policy.reduce_absmax = [comm](float* absmax) {
-      return comm->AllReduceMax(absmax, 1);
+    Backend* b = &backend;
+    policy.reduce_absmax = [comm, b](float* absmax) {
+      return OnDevice(*b, absmax, 1,
+                      [&](float* d) { return comm->AllReduceMax(d, 1); });
     };
   }
   return policy;
@@ -145,12 +158,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       const ShardPlan plan,
       MakeShardPlan(config, comm != nullptr ? comm->rank() : 0,
                     comm != nullptr ? comm->size() : 1));
-  if (plan.size > 1 && backend.kind() != DeviceKind::kCpu) {
-    return absl::UnimplementedError(
-        "tensor parallelism on CUDA ranks is not built yet: the worker "
-        "does not use the NCCL communicator (docs/design.md, \"Not built "
-        "yet\")");
-  }
   std::unique_ptr<LlamaModel> m(new LlamaModel(backend, config, options, plan));
   m->ChooseRowParallelBlocks();
   const ModelConfig& c = m->config_;
@@ -260,9 +267,19 @@ absl::Status LlamaModel::CheckSharedWeightScales() {
           backend_.CopyToHost(&mine[2 * l + i], w.scale.data(), sizeof(float)));
     }
   }
+  // The communicator works on the backend's memory: the scales go through
+  // it both ways.
   std::vector<float> all(mine.size() * plan_.size);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer in,
+                         backend_.Allocate(mine.size() * sizeof(float)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer out,
+                         backend_.Allocate(all.size() * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(in.data(), mine.data(),
+                                              mine.size() * sizeof(float)));
   OCTET_RETURN_IF_ERROR(
-      options_.comm->AllGather(mine.data(), mine.size(), all.data()));
+      options_.comm->AllGather(in.as<float>(), mine.size(), out.as<float>()));
+  OCTET_RETURN_IF_ERROR(
+      backend_.CopyToHost(all.data(), out.data(), all.size() * sizeof(float)));
   for (size_t l = 0; l < layers_.size(); ++l) {
     for (int i = 0; i < 2; ++i) {
       bool shared = true;
@@ -367,8 +384,11 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
 
 absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
   if (plan_.size == 1) return absl::OkStatus();
-  // Tensor parallelism runs on the CPU backend only (Load checks), whose
-  // activations are host binary32.
+  // In the activation dtype, in the backend's memory (the communicator's:
+  // host for CPU ranks, the GPU's for staged or NCCL ones).
+  if (backend_.activation_dtype() == DType::kBf16) {
+    return options_.comm->AllReduceSumBf16(x, count);
+  }
   return options_.comm->AllReduceSum(static_cast<float*>(x), count);
 }
 
@@ -762,14 +782,8 @@ absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
   const int64_t part = num_seqs * plan_.vocab;
   OCTET_RETURN_IF_ERROR(options_.comm->AllGather(s.local_logits.as<float>(),
                                                  part, s.gathered.as<float>()));
-  for (int r = 0; r < plan_.size; ++r) {
-    for (int64_t q = 0; q < num_seqs; ++q) {
-      std::memcpy(s.logits.as<float>() + q * c.vocab_size + r * plan_.vocab,
-                  s.gathered.as<float>() + r * part + q * plan_.vocab,
-                  plan_.vocab * sizeof(float));
-    }
-  }
-  return absl::OkStatus();
+  return backend_.InterleaveParts(s.gathered.as<float>(), plan_.size, num_seqs,
+                                  plan_.vocab, s.logits.as<float>());
 }
 
 absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,

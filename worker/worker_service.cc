@@ -12,6 +12,7 @@
 #include "kernels/status_macros.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/store.h"
 #include "worker/backends.h"
 
@@ -177,6 +178,12 @@ grpc::Status WorkerService::Load(
           r.group(), timeout, options_.collective_host);
       if (!comm.ok()) return comm.status();
       result->comm = *std::move(comm);
+      // GPU ranks: the collectives reach the GPU's memory through host
+      // staging (several ranks may share one GPU, which NCCL refuses).
+      if (result->backend->kind() != DeviceKind::kCpu) {
+        result->comm =
+            NewStagedCommunicator(*result->backend, std::move(result->comm));
+      }
     }
     ModelOptions o;
     o.method = r.quantization() == rpc::QUANTIZATION_FP8 ? LinearMethod::kFp8

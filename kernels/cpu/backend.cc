@@ -261,6 +261,17 @@ class CpuBackend : public Backend {
     cpu::ArgmaxRef(x, rows, cols, out);
     return absl::OkStatus();
   }
+  absl::Status InterleaveParts(const float* parts, int64_t num_parts,
+                               int64_t rows, int64_t cols,
+                               float* out) override {
+    for (int64_t p = 0; p < num_parts; ++p) {
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(out + r * num_parts * cols + p * cols,
+                    parts + (p * rows + r) * cols, cols * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     cpu::GatherRowsRef(static_cast<const float*>(x), cols, rows, n,

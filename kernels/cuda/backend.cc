@@ -286,6 +286,20 @@ class CudaBackend : public Backend {
     return std::unique_ptr<CapturedWork>(new Graph(this, exec));
   }
 
+  absl::Status InterleaveParts(const float* parts, int64_t num_parts,
+                               int64_t rows, int64_t cols,
+                               float* out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    if (rows == 0 || cols == 0) return absl::OkStatus();
+    // Each part is a [rows][cols] block going to a column band of out.
+    for (int64_t p = 0; p < num_parts; ++p) {
+      OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+          out + p * cols, num_parts * cols * sizeof(float),
+          parts + p * rows * cols, cols * sizeof(float), cols * sizeof(float),
+          rows, cudaMemcpyDeviceToDevice, stream_));
+    }
+    return absl::OkStatus();
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

@@ -1026,6 +1026,23 @@ absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
   return o;
 }
 
+// Vocabulary-parallel logits of 3 ranks, 5 sequences, 7 columns each.
+absl::StatusOr<Output> RunInterleaveParts(Backend& b, const Env&) {
+  const int64_t parts = 3, rows = 5, cols = 7;
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer in,
+                         Upload(b, F32Values(parts * rows * cols, 151, 5.0f)));
+  OCTET_ASSIGN_OR_RETURN(
+      DeviceBuffer out,
+      Upload(b, std::vector<float>(rows * parts * cols, kSentinel)));
+  OCTET_RETURN_IF_ERROR(
+      b.InterleaveParts(in.as<float>(), parts, rows, cols, out.as<float>()));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> y,
+                         Read<float>(b, out.data(), rows * parts * cols));
+  Output o;
+  o.fields = {Bits("logits", y)};
+  return o;
+}
+
 absl::StatusOr<Output> RunGatherRows(Backend& b, const Env&) {
   const int64_t rows = 37, cols = 200;
   const std::vector<int32_t> pick = {5, 0, 36, 5, 17};
@@ -1251,6 +1268,7 @@ const std::vector<Case>& Cases() {
        kExact,
        [](Backend& b, const Env&) { return RunArgmax(b, 3, 32007, false); }},
       {"GatherRows", {"GatherRows"}, kExact, RunGatherRows},
+      {"InterleaveParts", {"InterleaveParts"}, kExact, RunInterleaveParts},
       // Log-probabilities: binary64 sums in another order, one binary32
       // rounding.
       {"Sample", {"Sample"}, Tolerance{0x1p-20, 1e-6}, RunSample},

@@ -196,6 +196,13 @@ class CapturingBackend : public Backend {
                       int32_t* out) override {
     return Do([=, this] { return inner_->Argmax(x, rows, cols, out); });
   }
+  absl::Status InterleaveParts(const float* parts, int64_t num_parts,
+                               int64_t rows, int64_t cols,
+                               float* out) override {
+    return Do([=, this] {
+      return inner_->InterleaveParts(parts, num_parts, rows, cols, out);
+    });
+  }
   absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                           int64_t n, void* out) override {
     return Do([=, this] { return inner_->GatherRows(x, cols, rows, n, out); });

@@ -1,5 +1,7 @@
 // tp_rank: one tensor-parallel rank of a model, as its own process, for
-// tensor_parallel_test. Joins a Gloo group through the rendezvous store at
+// tensor_parallel_test (CPU ranks) and tensor_parallel_cuda_test (CUDA
+// ranks, --device=cuda). Joins a Gloo or shared-memory group through the
+// rendezvous store at
 // --store, loads its slice of --model, runs the prefill of three prompts
 // (recording the FP8 activation scales) and 64 greedy decode steps, and
 // writes what it saw to --out:
@@ -16,11 +18,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "kernels/cpu/backend.h"
+#include "model/checkpoint.h"
 #include "parallel/communicator.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/store.h"
 #include "tests/worker/tp_requests.h"
-#include "model/checkpoint.h"
+#include "worker/backends.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
 
@@ -38,6 +41,11 @@ ABSL_FLAG(int32_t, victim, -1,
 ABSL_FLAG(bool, stall, false, "the victim stalls instead of exiting");
 ABSL_FLAG(int32_t, timeout_ms, 60000, "collective timeout");
 ABSL_FLAG(std::string, transport, "gloo", "gloo or shm");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: the rank computes on GPU --cuda_device and its "
+          "collectives are staged through host memory (several ranks may "
+          "share one GPU)");
+ABSL_FLAG(int32_t, cuda_device, 0, "with --device=cuda");
 
 namespace octet {
 namespace {
@@ -59,13 +67,17 @@ int Main() {
   GrpcStore store(absl::GetFlag(FLAGS_store));
   const absl::Duration timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
+  auto backend = NewBackend(cuda ? DeviceChoice::kCuda : DeviceChoice::kCpu, {},
+                            absl::GetFlag(FLAGS_cuda_device));
+  if (!backend.ok()) return Fail(backend.status());
   auto comm = NewCpuCommunicator(
       store, absl::GetFlag(FLAGS_rank), absl::GetFlag(FLAGS_size),
       absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_group), timeout);
   if (!comm.ok()) return Fail(comm.status());
+  if (cuda) *comm = NewStagedCommunicator(**backend, *std::move(comm));
   auto ckpt = Checkpoint::Open(absl::GetFlag(FLAGS_model));
   if (!ckpt.ok()) return Fail(ckpt.status());
-  auto backend = NewCpuBackend();
   ModelOptions options;
   options.method = absl::GetFlag(FLAGS_method) == "fp8" ? LinearMethod::kFp8
                                                         : LinearMethod::kNone;
@@ -74,7 +86,7 @@ int Main() {
   TpResults results;
   const bool victim = absl::GetFlag(FLAGS_victim) == absl::GetFlag(FLAGS_rank);
   const absl::Time start = absl::Now();
-  absl::Status s = RunTpRequests(**ckpt, *backend, options, &results, [&] {
+  absl::Status s = RunTpRequests(**ckpt, **backend, options, &results, [&] {
     if (!victim) return;
     if (absl::GetFlag(FLAGS_stall)) absl::SleepFor(3 * timeout);
     _exit(0);
