@@ -82,8 +82,9 @@ ABSL_FLAG(std::string, rendezvous_host, "",
           "store (default: the address they were called from; set it, e.g. "
           "to the pod IP, behind a proxy or NAT)");
 ABSL_FLAG(std::string, transport, "auto",
-          "CPU collectives between ranks: shm (one host), gloo (TCP) or "
-          "auto (shm for spawned workers, gloo with --workers)");
+          "collectives between ranks: shm (one host), gloo (TCP), auto "
+          "(shm for spawned workers, gloo with --workers; GPU ranks stage "
+          "through host memory), or nccl (GPU ranks, one GPU each)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768,
           "KV-cache capacity in tokens, over all sequences");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
@@ -235,15 +236,21 @@ absl::Status ParseChoices(CoordinatorOptions& o) {
     return Invalid("--device must be auto, cpu or cuda, not '" + device + "'");
   }
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport != "auto" && transport != "shm" && transport != "gloo") {
-    return Invalid("--transport must be auto, shm or gloo, not '" + transport +
-                   "'");
+  if (transport != "auto" && transport != "shm" && transport != "gloo" &&
+      transport != "nccl") {
+    return Invalid("--transport must be auto, shm, gloo or nccl, not '" +
+                   transport + "'");
+  }
+  if (transport == "nccl" && o.device != rpc::DEVICE_CUDA) {
+    return Invalid("--transport nccl needs --device cuda");
   }
   // auto: shared memory between spawned workers, Gloo to remote ones.
   const bool gloo =
       transport == "gloo" ||
       (transport == "auto" && !absl::GetFlag(FLAGS_workers).empty());
-  o.transport = gloo ? rpc::TRANSPORT_GLOO : rpc::TRANSPORT_SHM;
+  o.transport = transport == "nccl" ? rpc::TRANSPORT_NCCL
+                : gloo              ? rpc::TRANSPORT_GLOO
+                                    : rpc::TRANSPORT_SHM;
   return absl::OkStatus();
 }
 

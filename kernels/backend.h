@@ -144,6 +144,10 @@ class Backend {
   virtual DeviceKind kind() const = 0;
   virtual DType activation_dtype() const = 0;
   virtual std::string Describe() const = 0;
+  // The CUDA stream the backend computes on (a cudaStream_t), for a
+  // communicator that enqueues its collectives on it (NCCL); null for a
+  // backend without one (the CPU).
+  virtual void* cuda_stream() const { return nullptr; }
 
   // Memory.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -68,6 +68,7 @@ class CudaBackend : public Backend {
   }
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
+  void* cuda_stream() const override { return stream_; }
   DType activation_dtype() const override { return DType::kBf16; }
   int64_t max_head_dim() const override { return cuda::kAttentionMaxHeadDim; }
   int64_t attention_query_tile() const override {

@@ -764,6 +764,7 @@ TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {
            {"--model=/tmp", "--tp=2", "--gpus=0,-1"},
            {"--model=/tmp", "--tp=2", "--gpus=0,x"},
            {"--model=/tmp", "--transport=rdma"},
+           {"--model=/tmp", "--transport=nccl", "--device=cpu"},
            {"--model=/tmp", "--metrics_port=70000"},
            {"--model=/tmp", "--rendezvous_port=-1"},
            {"--model=/tmp", "--step_timeout=0s"},

@@ -382,6 +382,9 @@ absl::StatusOr<Output> RunCapture(Backend& b, const Env&) {
   const size_t bytes = count * DTypeSize(b.activation_dtype());
   std::vector<uint8_t> host(bytes);
   OCTET_RETURN_IF_ERROR(b.CopyToHost(host.data(), y_next.data(), bytes));
+  if ((b.kind() == DeviceKind::kCuda) != (b.cuda_stream() != nullptr)) {
+    return absl::InternalError("a CUDA backend names its stream, others none");
+  }
   if (!b.can_capture()) {
     if (b.BeginCapture().code() != absl::StatusCode::kUnimplemented ||
         b.EndCapture().status().code() != absl::StatusCode::kUnimplemented) {
@@ -1292,7 +1295,7 @@ const std::vector<Case>& Cases() {
        }},
       {"CaptureReplay",
        {"can_capture", "BeginCapture", "EndCapture", "Add", "CopyToDevice",
-        "CopyToHost"},
+        "CopyToHost", "cuda_stream"},
        kExact,
        RunCapture},
   };

@@ -36,6 +36,7 @@ class CapturingBackend : public Backend {
   void FailNextCapture() { fail_next_ = true; }
 
   DeviceKind kind() const override { return inner_->kind(); }
+  void* cuda_stream() const override { return inner_->cuda_stream(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   std::string Describe() const override {
     return "capturing " + inner_->Describe();

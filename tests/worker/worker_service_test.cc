@@ -337,6 +337,12 @@ TEST_F(WorkerServiceTest, ProtocolErrorsAreClear) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("transport"), std::string::npos);
   bad = Base();
+  bad.set_transport(rpc::TRANSPORT_NCCL);  // NCCL on a CPU rank
+  st = LoadAll(w, bad, nullptr)[0];
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("nccl"), std::string::npos)
+      << st.error_message();
+  bad = Base();
   bad.set_cuda_device(-1);
   st = LoadAll(w, bad, nullptr)[0];
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
