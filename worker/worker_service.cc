@@ -1,6 +1,8 @@
 #include "worker/worker_service.h"
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -171,6 +173,29 @@ grpc::Status WorkerService::Load(
     loading_ = true;
     group_ = request->group();
   }
+  // A Load its caller gave up on (the coordinator cancels every rank's when
+  // one fails) leaves this worker joining a group that will never serve: it
+  // ends at once, so that its supervisor starts a fresh one for the next
+  // attempt, instead of waiting out the group's timeout while the next
+  // attempt finds it taken.
+  std::atomic<bool> load_ended{false};
+  std::thread abandoned([&] {
+    while (!load_ended.load()) {
+      if (context->IsCancelled()) {
+        if (options_.on_group_failed) options_.on_group_failed();
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  struct JoinOnExit {
+    std::atomic<bool>& ended;
+    std::thread& thread;
+    ~JoinOnExit() {
+      ended.store(true);
+      thread.join();
+    }
+  } join_on_exit{load_ended, abandoned};
   // Loading takes long and runs outside the lock, so that Health answers.
   auto result = std::make_unique<Loaded>();
   auto report = [&](int64_t done, int64_t total, const std::string& stage) {
