@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
@@ -617,6 +619,20 @@ absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
   return absl::OkStatus();
 }
 
+// Calls launch(std::integral_constant<int, N>) for the N head_dim / 32
+// entries per lane (rounded up) that a kernel template takes, N in
+// [1, kMax]; the caller has checked head_dim against kMax.
+template <int kMax, int N = 1, typename F>
+void WithDimsPerLane(int64_t head_dim, F launch) {
+  if constexpr (N <= kMax) {
+    if ((head_dim + 31) / 32 == N) {
+      launch(std::integral_constant<int, N>{});
+    } else {
+      WithDimsPerLane<kMax, N + 1>(head_dim, launch);
+    }
+  }
+}
+
 absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, const void* k_cache,
@@ -654,38 +670,16 @@ absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
     const int64_t chunks = (heads / kv_heads + kAttnHeads - 1) / kAttnHeads;
     const dim3 tiles(static_cast<unsigned>(meta.num_query_tiles),
                      static_cast<unsigned>(kv_heads * chunks));
-    static_assert(kAttentionTiledMaxHeadDim == 32 * 4);
-    switch ((head_dim + 31) / 32) {
-#define OCTET_TILED_DIMS(n)                                        \
-  case n:                                                          \
-    TiledAttentionKernel<n><<<tiles, kThreads, 0, stream>>>(args); \
-    break;
-      OCTET_TILED_DIMS(1)
-      OCTET_TILED_DIMS(2)
-      OCTET_TILED_DIMS(3)
-      OCTET_TILED_DIMS(4)
-#undef OCTET_TILED_DIMS
-    }
+    WithDimsPerLane<kAttentionTiledMaxHeadDim / 32>(head_dim, [&](auto dims) {
+      TiledAttentionKernel<dims()><<<tiles, kThreads, 0, stream>>>(args);
+    });
     OCTET_LAUNCHED();
     return absl::OkStatus();
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
-  static_assert(kAttentionMaxHeadDim == 32 * 8);
-  switch ((head_dim + 31) / 32) {
-#define OCTET_ATTENTION_DIMS(n)                              \
-  case n:                                                    \
-    AttentionKernel<n><<<grid, kThreads, 0, stream>>>(args); \
-    break;
-    OCTET_ATTENTION_DIMS(1)
-    OCTET_ATTENTION_DIMS(2)
-    OCTET_ATTENTION_DIMS(3)
-    OCTET_ATTENTION_DIMS(4)
-    OCTET_ATTENTION_DIMS(5)
-    OCTET_ATTENTION_DIMS(6)
-    OCTET_ATTENTION_DIMS(7)
-    OCTET_ATTENTION_DIMS(8)
-#undef OCTET_ATTENTION_DIMS
-  }
+  WithDimsPerLane<kAttentionMaxHeadDim / 32>(head_dim, [&](auto dims) {
+    AttentionKernel<dims()><<<grid, kThreads, 0, stream>>>(args);
+  });
   OCTET_LAUNCHED();
   if (splits > 1) {
     AttentionMergeKernel<<<static_cast<unsigned>(meta.num_tokens * heads), 128,
