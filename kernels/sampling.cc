@@ -122,13 +122,18 @@ float LogProb(absl::Span<const float> row, int64_t id) {
 }
 
 SampledToken SampleOne(absl::Span<const float> logits, const SampleRow& row) {
-  std::vector<float> penalized(logits.begin(), logits.end());
-  ApplyRepetitionPenalty(row.history, row.repetition_penalty,
-                         absl::MakeSpan(penalized));
+  // A copy only when the penalty changes the logits.
+  std::vector<float> penalized;
+  if (row.repetition_penalty != 1.0f) {
+    penalized.assign(logits.begin(), logits.end());
+    ApplyRepetitionPenalty(row.history, row.repetition_penalty,
+                           absl::MakeSpan(penalized));
+    logits = penalized;
+  }
   SampledToken out;
   out.id =
-      static_cast<int32_t>(Sampler(row.params).Sample(penalized, row.position));
-  if (row.logprob) out.logprob = LogProb(penalized, out.id);
+      static_cast<int32_t>(Sampler(row.params).Sample(logits, row.position));
+  if (row.logprob) out.logprob = LogProb(logits, out.id);
   return out;
 }
 

@@ -39,12 +39,14 @@ class StagedCommunicator : public Communicator {
   }
   absl::Status AllGather(const float* in, int64_t count, float* out) override {
     if (count < 0) return absl::InvalidArgumentError("AllGather: count < 0");
+    // One staging buffer: this rank's part, then everyone's after it.
     const size_t bytes = count * sizeof(float);
-    std::vector<float> host_in(count), host_out(count * size());
-    OCTET_RETURN_IF_ERROR(backend_.CopyToHost(host_in.data(), in, bytes));
-    OCTET_RETURN_IF_ERROR(
-        host_->AllGather(host_in.data(), count, host_out.data()));
-    return backend_.CopyToDevice(out, host_out.data(), bytes * size());
+    staging_.resize(bytes * (1 + size()));
+    float* host_in = reinterpret_cast<float*>(staging_.data());
+    float* host_out = host_in + count;
+    OCTET_RETURN_IF_ERROR(backend_.CopyToHost(host_in, in, bytes));
+    OCTET_RETURN_IF_ERROR(host_->AllGather(host_in, count, host_out));
+    return backend_.CopyToDevice(out, host_out, bytes * size());
   }
   absl::Status Broadcast(void* data, int64_t bytes, int root) override {
     return InPlace(data, bytes, [&](void* host) {
