@@ -230,7 +230,11 @@ class Backend {
                                 uint8_t* q, float* scale) = 0;
   // AbsMax and Quantize of the [rows][cols] values `in` produces, bit for bit
   // what the producer followed by AbsMax or Quantize gives, without storing
-  // them (cols: RmsNorm's width, or SiluMul's output width).
+  // them (cols: RmsNorm's width, or SiluMul's output width). Every backend
+  // has them; fuses_input_quantization() says whether they save work there
+  // (a GPU remakes the values in registers) or cost it (the CPU makes them
+  // into scratch for each call, twice in all), for the model to choose.
+  virtual bool fuses_input_quantization() const { return false; }
   virtual absl::Status FusedAbsMax(const FusedInput& in, int64_t rows,
                                    int64_t cols, const RowGroups& groups,
                                    float* absmax) = 0;

@@ -395,8 +395,8 @@ absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
 absl::StatusOr<LlamaModel::Input> LlamaModel::Produce(
     const LinearWeight& w, const FusedInput& producer, int64_t rows,
     int64_t cols, void* dst) {
-  if (options_.fuse_input_quantization && w.dtype == DType::kE4m3 &&
-      w.input_scale.data() == nullptr) {
+  if (options_.fuse_input_quantization && backend_.fuses_input_quantization() &&
+      w.dtype == DType::kE4m3 && w.input_scale.data() == nullptr) {
     return Input{.fused = producer};
   }
   if (producer.op == FusedInput::Op::kRmsNorm) {

@@ -58,8 +58,9 @@ struct ModelOptions {
   int64_t graph_max_batch = 64;
   // FP8 inputs made by RMSNorm (qkv, gate_up) and SiLU·up (down_proj) are
   // quantized where they are made, never written in the activation dtype
-  // (Backend::FusedQuantize); the same bits either way. Off only to
-  // measure or check it.
+  // (Backend::FusedQuantize), on backends where that saves work
+  // (Backend::fuses_input_quantization); the same bits either way. Off only
+  // to measure or check it.
   bool fuse_input_quantization = true;
   // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
   // that every rank uses the same scale. Off only to measure its cost.

@@ -214,6 +214,7 @@ class CudaBackend : public Backend {
                                      groups.row_group, groups.count, absmax, q,
                                      scale, stream_);
   }
+  bool fuses_input_quantization() const override { return true; }
   absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
                            const RowGroups& groups, float* absmax) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

@@ -34,6 +34,10 @@ class CapturingBackend : public Backend {
   int64_t fused_quantizes() const { return fused_quantizes_; }
   // Fail the next capture's EndCapture (a capture CUDA refuses).
   void FailNextCapture() { fail_next_ = true; }
+  // Claim, as the CUDA backend does, that fused FP8 inputs save work, so
+  // that the model takes that path here too (the inner backend still
+  // computes them, through its own FusedAbsMax / FusedQuantize).
+  void ClaimFusedInputQuantization() { claims_fusion_ = true; }
 
   DeviceKind kind() const override { return inner_->kind(); }
   void* cuda_stream() const override { return inner_->cuda_stream(); }
@@ -46,6 +50,9 @@ class CapturingBackend : public Backend {
     return inner_->attention_query_tile();
   }
   bool has_block_sums() const override { return inner_->has_block_sums(); }
+  bool fuses_input_quantization() const override {
+    return claims_fusion_ || inner_->fuses_input_quantization();
+  }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     if (capturing_) return Refuse("Allocate");
@@ -246,6 +253,7 @@ class CapturingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
   bool capturing_ = false;
   bool fail_next_ = false;
+  bool claims_fusion_ = false;
   std::vector<Op> recording_;
   int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0;
 };

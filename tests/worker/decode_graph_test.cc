@@ -61,6 +61,7 @@ class DecodeGraphTest : public ::testing::TestWithParam<LinearMethod> {
     auto capturing =
         std::make_unique<CapturingBackend>(NewCpuBackend({.num_threads = 1}));
     capturing_ = capturing.get();
+    capturing_->ClaimFusedInputQuantization();  // as the CUDA backend does
     graph_backend_ = std::move(capturing);
     eager_ = Load(*eager_backend_, 8);
     graphed_ = Load(*graph_backend_, 8);
