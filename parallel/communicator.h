@@ -7,6 +7,9 @@
 //    counts; `data` is memory of the rank's backend (host memory for CPU
 //    ranks).
 //  - One thread at a time per communicator (the worker's forward thread).
+//  - A collective's results are ready for the device work issued after it,
+//    but for the host only after Await() (NCCL enqueues on the stream and
+//    returns at once; the others complete before returning).
 //  - A collective that cannot complete — a peer died, stopped answering, or
 //    never joined — returns an error (DeadlineExceeded or Unavailable) within
 //    the communicator's timeout instead of blocking forever. After an error
@@ -52,6 +55,20 @@ class Communicator {
   // Rank `root`'s `bytes` bytes at `data` to every rank's `data`.
   virtual absl::Status Broadcast(void* data, int64_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Waits until every collective issued so far, and the device work before
+  // it, has completed; returns the group's error if one failed, or
+  // DeadlineExceeded (the group aborted) if they did not complete within
+  // the timeout. Call it before reading results on the host, and before any
+  // host wait on the device stream that follows collectives: a wait that
+  // NCCL's kernels would block forever if a peer died is then bounded.
+  // Communicators that complete each collective before returning (CPU,
+  // staged) have nothing to wait for.
+  virtual absl::Status Await() { return absl::OkStatus(); }
+  // Whether collectives may be recorded in the backend's captures
+  // (Backend::BeginCapture) and replayed with them: true for NCCL, whose
+  // collectives are stream work; not for those that wait on the host.
+  virtual bool capturable() const { return false; }
 };
 
 // TP = 1: every collective is the identity.

@@ -3,9 +3,11 @@
 #include <nccl.h>
 
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 
 namespace octet {
 namespace {
@@ -25,11 +27,7 @@ class NcclCommunicator : public Communicator {
         options_(options),
         scratch_(scratch) {}
   ~NcclCommunicator() override {
-    if (broken_) {
-      ncclCommAbort(comm_);
-    } else {
-      ncclCommDestroy(comm_);
-    }
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
     cudaFree(scratch_);
   }
 
@@ -74,15 +72,44 @@ class NcclCommunicator : public Communicator {
     });
   }
   absl::Status Barrier() override {
-    return Collective("Barrier", 1, [&] {
+    OCTET_RETURN_IF_ERROR(Collective("Barrier", 1, [&] {
       return ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_,
                            options_.stream);
-    });
+    }));
+    return Await();
   }
 
+  // Spins (yielding) on the stream rather than sleeping: the step's end is
+  // latency that every token pays, and this thread has nothing else to do.
+  absl::Status Await() override {
+    if (broken_) {
+      return absl::FailedPreconditionError(
+          "Await: the communicator failed earlier");
+    }
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    while (true) {
+      OCTET_RETURN_IF_ERROR(AsyncError("Await"));
+      const cudaError_t q = cudaStreamQuery(options_.stream);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) {
+        return Break(absl::InternalError(absl::StrCat(
+            "Await on rank ", rank_, ": CUDA ", cudaGetErrorString(q))));
+      }
+      if (absl::Now() > deadline) {
+        return Break(absl::DeadlineExceededError(absl::StrCat(
+            "collectives on rank ", rank_, " did not complete within ",
+            absl::FormatDuration(options_.timeout),
+            " (a peer died or stopped answering)")));
+      }
+      std::this_thread::yield();
+    }
+  }
+  bool capturable() const override { return true; }
+
  private:
-  // Enqueues `op` and waits, polling, until it completed on the stream, NCCL
-  // reported an error, or the timeout passed (then the group is aborted).
+  // Enqueues `op` on the stream and returns once NCCL has taken it (a
+  // non-blocking communicator may still be enqueueing when `op` returns:
+  // ncclInProgress), without waiting for it to run: Await does that.
   template <typename Op>
   absl::Status Collective(const char* what, int64_t count, Op op) {
     if (count < 0) {
@@ -93,38 +120,47 @@ class NcclCommunicator : public Communicator {
           absl::StrCat(what, ": the communicator failed earlier"));
     }
     if (count == 0) return absl::OkStatus();
-    const std::string where = absl::StrCat(what, " on rank ", rank_);
-    const absl::Time deadline = absl::Now() + options_.timeout;
-    ncclResult_t r = op();
+    const ncclResult_t r = op();
     if (r != ncclSuccess && r != ncclInProgress) {
-      broken_ = true;
-      return NcclError(r, where);
+      return Break(NcclError(r, absl::StrCat(what, " on rank ", rank_)));
     }
+    const absl::Time deadline = absl::Now() + options_.timeout;
     while (true) {
-      ncclResult_t async = ncclSuccess;
+      ncclResult_t async = ncclInProgress;
       ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        broken_ = true;
-        return NcclError(async, where);
-      }
-      if (async == ncclSuccess) {
-        const cudaError_t q = cudaStreamQuery(options_.stream);
-        if (q == cudaSuccess) return absl::OkStatus();
-        if (q != cudaErrorNotReady) {
-          broken_ = true;
-          return absl::InternalError(
-              absl::StrCat(where, ": CUDA ", cudaGetErrorString(q)));
-        }
+      if (async == ncclSuccess) return absl::OkStatus();
+      if (async != ncclInProgress) {
+        return Break(NcclError(async, absl::StrCat(what, " on rank ", rank_)));
       }
       if (absl::Now() > deadline) {
-        broken_ = true;
-        return absl::DeadlineExceededError(
-            absl::StrCat(where, " did not complete within ",
-                         absl::FormatDuration(options_.timeout),
-                         " (a peer died or stopped answering)"));
+        return Break(absl::DeadlineExceededError(absl::StrCat(
+            what, " on rank ", rank_, ": NCCL did not take it within ",
+            absl::FormatDuration(options_.timeout))));
       }
-      absl::SleepFor(absl::Microseconds(20));
+      std::this_thread::yield();
     }
+  }
+
+  // The group's asynchronous error (a peer's failure NCCL noticed), if any.
+  absl::Status AsyncError(const char* what) {
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async == ncclSuccess || async == ncclInProgress) {
+      return absl::OkStatus();
+    }
+    return Break(NcclError(async, absl::StrCat(what, " on rank ", rank_)));
+  }
+
+  // Marks the communicator broken (aborted, not destroyed, at the end:
+  // ncclCommAbort also ends kernels stuck waiting for a dead peer) and
+  // returns `s`.
+  absl::Status Break(absl::Status s) {
+    if (!broken_) {
+      broken_ = true;
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    return s;
   }
 
   ncclComm_t comm_;

@@ -3,12 +3,15 @@
 // (OCTET_HAVE_CUDA).
 //
 // The group connects through the rendezvous store (rank 0 publishes NCCL's
-// unique id). The communicator is non-blocking underneath: initialization
-// and every collective are polled against the timeout, and a group that
-// does not complete in time is aborted with DeadlineExceeded rather than
-// left hanging. Each collective returns once it has completed on the stream
-// (data: device memory). Max follows NCCL's float max; the FP8 absmax it
-// serves is never NaN.
+// unique id). The communicator is non-blocking underneath, and every
+// collective is enqueued on the stream and returns without waiting for it
+// to run (so collectives can be captured in the decode graphs: capturable()).
+// Await() is where the host waits: it polls the stream and NCCL's
+// asynchronous error, and aborts the group with DeadlineExceeded when the
+// work has not completed within the timeout, so a dead peer fails the step
+// in bounded time rather than hanging it. Initialization is polled against
+// the same timeout. Max follows NCCL's float max; the FP8 absmax it serves
+// is never NaN.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -141,8 +141,10 @@ WeightPolicy MakeWeightPolicy(const ModelOptions& options, Backend& backend,
     Communicator* comm = options.comm;
     Backend* b = &backend;
     policy.reduce_absmax = [comm, b](float* absmax) {
-      return OnDevice(*b, absmax, 1,
-                      [&](float* d) { return comm->AllReduceMax(d, 1); });
+      return OnDevice(*b, absmax, 1, [&](float* d) {
+        OCTET_RETURN_IF_ERROR(comm->AllReduceMax(d, 1));
+        return comm->Await();
+      });
     };
   }
   return policy;
@@ -278,6 +280,7 @@ absl::Status LlamaModel::CheckSharedWeightScales() {
                                               mine.size() * sizeof(float)));
   OCTET_RETURN_IF_ERROR(
       options_.comm->AllGather(in.as<float>(), mine.size(), out.as<float>()));
+  OCTET_RETURN_IF_ERROR(options_.comm->Await());
   OCTET_RETURN_IF_ERROR(
       backend_.CopyToHost(all.data(), out.data(), all.size() * sizeof(float)));
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -380,6 +383,11 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   // Captures name the buffers they were captured with.
   if (grew && !graphs_.empty()) InvalidateGraphs();
   return absl::OkStatus();
+}
+
+absl::Status LlamaModel::AwaitCollectives() {
+  if (plan_.size == 1) return absl::OkStatus();
+  return options_.comm->Await();
 }
 
 absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
@@ -492,6 +500,7 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     *scale = dynamic;
   }
   if (trace != nullptr && trace->record_codes) {
+    OCTET_RETURN_IF_ERROR(AwaitCollectives());
     trace->codes.emplace_back(count);
     OCTET_RETURN_IF_ERROR(
         backend_.CopyToHost(trace->codes.back().data(), codes, count));
@@ -506,6 +515,7 @@ absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
                                  KvCache& cache, std::vector<float>* logits,
                                  ForwardTrace* trace) {
   OCTET_RETURN_IF_ERROR(Run(steps, cache, trace));
+  OCTET_RETURN_IF_ERROR(AwaitCollectives());
   logits->resize(steps.size() * config_.vocab_size);
   return backend_.CopyToHost(logits->data(), scratch_.logits.data(),
                              logits->size() * sizeof(float));
@@ -524,6 +534,8 @@ absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
     }
   }
   OCTET_RETURN_IF_ERROR(Run(steps, cache, nullptr));
+  // Sampling waits for the stream: the collectives first, bounded.
+  OCTET_RETURN_IF_ERROR(AwaitCollectives());
   tokens->resize(rows.size());
   if (rows.empty()) return backend_.Synchronize();
   return backend_.Sample(scratch_.logits.as<float>(), config_.vocab_size, rows,
@@ -748,6 +760,7 @@ absl::Status LlamaModel::RecordLayerRms(int64_t tokens, ForwardTrace* trace) {
   const DType act = backend_.activation_dtype();
   const int64_t h = config_.hidden_size;
   std::vector<uint8_t> host(tokens * h * DTypeSize(act));
+  OCTET_RETURN_IF_ERROR(AwaitCollectives());
   OCTET_RETURN_IF_ERROR(
       backend_.CopyToHost(host.data(), scratch_.h.data(), host.size()));
   double sum = 0;
@@ -822,9 +835,10 @@ int64_t DecodeGraphBucket(int64_t batch, int64_t max_batch) {
 
 int64_t LlamaModel::GraphBucket(absl::Span<const SequenceStep> steps,
                                 const ForwardTrace* trace) const {
-  // Captures run on one rank (collectives are not captured yet) and
-  // without a trace (which copies to the host mid-forward).
-  if (!backend_.can_capture() || plan_.size > 1 || trace != nullptr) return 0;
+  // Captures need collectives that are stream work (NCCL's), and no trace
+  // (which copies to the host mid-forward).
+  if (!backend_.can_capture() || trace != nullptr) return 0;
+  if (plan_.size > 1 && !options_.comm->capturable()) return 0;
   for (const SequenceStep& s : steps) {
     if (s.tokens.size() != 1) return 0;  // a prefill: shapes vary
   }

@@ -288,6 +288,9 @@ class LlamaModel {
                                  bool scale_shared, const Input& x,
                                  int64_t rows, const RowGroups& seqs, void* y,
                                  ForwardTrace* trace);
+  // Waits for the collectives issued so far (Communicator::Await) before
+  // the host reads results or waits on the stream; nothing on one rank.
+  absl::Status AwaitCollectives();
   // Sums `count` activations across the ranks (row-parallel outputs,
   // embeddings); nothing on one rank.
   absl::Status AllReduceSum(void* x, int64_t count);

@@ -27,10 +27,14 @@ TEST(NcclCommunicator, OneRankCollectivesOnTheDevice) {
   ASSERT_TRUE(testing::CopyToDevice(x, d.get()));
   ASSERT_TRUE((*comm)->AllReduceSum(d.get<float>(), 4).ok());
   ASSERT_TRUE((*comm)->AllReduceMax(d.get<float>(), 4).ok());
+  // Enqueued on the stream: the host reads after Await.
+  ASSERT_TRUE((*comm)->Await().ok());
   EXPECT_EQ(testing::CopyToHost<float>(d.get(), 4), x);
   ASSERT_TRUE((*comm)->AllGather(d.get<float>(), 4, out.get<float>()).ok());
+  ASSERT_TRUE((*comm)->Await().ok());
   EXPECT_EQ(testing::CopyToHost<float>(out.get(), 4), x);
   ASSERT_TRUE((*comm)->Broadcast(d.get(), 16, 0).ok());
+  ASSERT_TRUE((*comm)->Await().ok());
   EXPECT_EQ(testing::CopyToHost<float>(d.get(), 4), x);
   EXPECT_TRUE((*comm)->Barrier().ok());
   EXPECT_EQ((*comm)->Broadcast(d.get(), 16, 1).code(),

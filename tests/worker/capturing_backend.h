@@ -38,6 +38,16 @@ class CapturingBackend : public Backend {
   // that the model takes that path here too (the inner backend still
   // computes them, through its own FusedAbsMax / FusedQuantize).
   void ClaimFusedInputQuantization() { claims_fusion_ = true; }
+  // Other stream work (a communicator's collectives, as NCCL enqueues
+  // them): run now, or recorded while capturing and run by each replay.
+  absl::Status Enqueue(std::function<absl::Status()> work) {
+    return Do(std::move(work));
+  }
+  // Asked before every host read of device memory or wait on the device
+  // (CopyToHost, Synchronize, Sample); an error refuses the read.
+  void set_host_wait_check(std::function<absl::Status()> check) {
+    host_wait_check_ = std::move(check);
+  }
 
   DeviceKind kind() const override { return inner_->kind(); }
   void* cuda_stream() const override { return inner_->cuda_stream(); }
@@ -63,17 +73,17 @@ class CapturingBackend : public Backend {
     return inner_->CopyToDevice(dst, src, n);
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t n) override {
-    if (capturing_) return Refuse("CopyToHost");
+    if (absl::Status s = HostWait("CopyToHost"); !s.ok()) return s;
     return inner_->CopyToHost(dst, src, n);
   }
   absl::Status Synchronize() override {
-    if (capturing_) return Refuse("Synchronize");
+    if (absl::Status s = HostWait("Synchronize"); !s.ok()) return s;
     return inner_->Synchronize();
   }
   absl::Status Sample(const float* logits, int64_t vocab,
                       absl::Span<const SampleRow> rows,
                       SampledToken* out) override {
-    if (capturing_) return Refuse("Sample");
+    if (absl::Status s = HostWait("Sample"); !s.ok()) return s;
     return inner_->Sample(logits, vocab, rows, out);
   }
 
@@ -245,6 +255,13 @@ class CapturingBackend : public Backend {
     recording_.push_back(std::move(op));
     return absl::OkStatus();
   }
+  absl::Status HostWait(const char* what) const {
+    if (capturing_) return Refuse(what);
+    if (!host_wait_check_) return absl::OkStatus();
+    absl::Status s = host_wait_check_();
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  }
   absl::Status Refuse(const char* what) const {
     return absl::FailedPreconditionError(
         absl::StrCat(what, " while capturing work"));
@@ -255,6 +272,7 @@ class CapturingBackend : public Backend {
   bool fail_next_ = false;
   bool claims_fusion_ = false;
   std::vector<Op> recording_;
+  std::function<absl::Status()> host_wait_check_;
   int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0;
 };
 

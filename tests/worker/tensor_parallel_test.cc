@@ -56,7 +56,7 @@ bool ReadSection(std::ifstream& in, std::vector<T>* v) {
 }
 
 class TensorParallelTest : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     base_ = new fs::path(fs::temp_directory_path() /
                          absl::StrCat("octet_tp_", ::getpid()));
@@ -151,23 +151,55 @@ class TensorParallelTest : public ::testing::Test {
 fs::path* TensorParallelTest::base_ = nullptr;
 
 #ifdef OCTET_TP_ON_CUDA
-// TP on one GPU: every rank computes on GPU 0 (--device=cuda) and their
-// collectives are staged through shared memory (NCCL refuses two ranks on
-// one GPU). CUDA has no block sums, so the row-parallel sums are not TP =
-// 1's bit for bit: the greedy tokens must be TP = 1's, and the logits
-// within 2^-5 of the largest logit (bfloat16 partial sums rounded on each
-// rank before they are added); both are printed for the record.
+// CUDA ranks against TP = 1 on GPU 0. CUDA has no block sums, so the
+// row-parallel sums are not TP = 1's bit for bit: for each method the
+// greedy tokens must be TP = 1's, and the logits within 2^-5 of the largest
+// logit (bfloat16 partial sums rounded on each rank before they are added);
+// both are printed for the record. `sizes`: the TP degrees, each run as
+// tp_rank processes with `flags` over `transport`; `where` names the setup.
+void ExpectOneRanksGreedyTokens(TensorParallelTest& t,
+                                const std::vector<int>& sizes,
+                                const std::vector<std::string>& flags,
+                                const std::string& transport,
+                                const char* where);
+
+// Every rank on GPU 0, collectives staged through shared memory (NCCL
+// refuses two ranks on one GPU).
 TEST_F(TensorParallelTest, CudaRanksOnOneGpuGiveOneRanksGreedyTokens) {
   OCTET_REQUIRE_CUDA_DEVICE();
+  ExpectOneRanksGreedyTokens(*this, {2, 4}, {"--device=cuda"}, "shm",
+                             "on one GPU (staged shm)");
+}
+
+// NCCL proper: one GPU per rank, collectives enqueued on each rank's
+// stream and captured in its decode graphs. NCCL refuses two ranks on one
+// GPU, so this needs two.
+TEST_F(TensorParallelTest, CudaRanksOverNcclGiveOneRanksGreedyTokens) {
+  OCTET_REQUIRE_CUDA_DEVICE();
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << gpus
+                 << " (NCCL refuses two ranks on one GPU)";
+  }
+  ExpectOneRanksGreedyTokens(*this, {2}, {"--device=cuda", "--cuda_device=-1"},
+                             "nccl", "over NCCL, one GPU each");
+}
+
+void ExpectOneRanksGreedyTokens(TensorParallelTest& t,
+                                const std::vector<int>& sizes,
+                                const std::vector<std::string>& flags,
+                                const std::string& transport,
+                                const char* where) {
   for (LinearMethod method : {LinearMethod::kNone, LinearMethod::kFp8}) {
     const char* name = method == LinearMethod::kFp8 ? "fp8" : "none";
-    const TpResults one = Single("tiny", method);
+    const TpResults one = t.Single("tiny", method);
     double largest = 0;
     for (float v : one.logits)
       largest = std::max(largest, double(std::fabs(v)));
-    for (int size : {2, 4}) {
+    for (int size : sizes) {
       const std::vector<TpResults> ranks =
-          Group("tiny", size, name, true, {"--device=cuda"}, nullptr, "shm");
+          t.Group("tiny", size, name, true, flags, nullptr, transport);
       ASSERT_EQ(ranks.size(), static_cast<size_t>(size));
       double worst = 0;
       for (int r = 0; r < size; ++r) {
@@ -177,14 +209,15 @@ TEST_F(TensorParallelTest, CudaRanksOnOneGpuGiveOneRanksGreedyTokens) {
               worst, double(std::fabs(ranks[r].logits[i] - one.logits[i])));
         }
         EXPECT_EQ(ranks[r].tokens, one.tokens)
-            << name << " TP=" << size << " rank " << r;
+            << name << " TP=" << size << " rank " << r << " " << where;
       }
       EXPECT_LE(worst, 0x1p-5 * largest) << name << " TP=" << size;
       std::printf(
-          "[ measured ] tiny TP=%d on one GPU (staged shm), %s, global "
-          "weight scales: max |logit - TP=1's| = %.3g (%.3g of the largest); "
-          "greedy tokens (3 prompts x %lld) %s\n",
-          size, name, worst, worst / largest, static_cast<long long>(kTpSteps),
+          "[ measured ] tiny TP=%d %s, %s, global weight scales: max |logit "
+          "- TP=1's| = %.3g (%.3g of the largest); greedy tokens (3 prompts "
+          "x %lld) %s\n",
+          size, where, name, worst, worst / largest,
+          static_cast<long long>(kTpSteps),
           ranks[0].tokens == one.tokens ? "identical" : "DIFFER");
     }
   }
@@ -333,6 +366,29 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
           logits_differ, size * one.logits.size(),
           static_cast<long long>(kTpSteps),
           ranks[0].tokens == one.tokens ? "identical" : "DIFFER");
+    }
+  }
+}
+
+TEST_F(TensorParallelTest, CollectivesCapturedInDecodeGraphsGiveOneRanksBits) {
+  // Collectives as NCCL's are on a GPU (tests/worker/stream_communicator.h):
+  // stream work that the decode graphs capture and replay, with results for
+  // the host only after Await. tp_rank fails a host read that no Await
+  // preceded, and a run whose decode graphs never replayed; with both
+  // right, the logits and the 64 greedy tokens are TP = 1's bit for bit.
+  for (LinearMethod method : {LinearMethod::kNone, LinearMethod::kFp8}) {
+    const char* name = method == LinearMethod::kFp8 ? "fp8" : "none";
+    const TpResults one = Single("tiny", method);
+    for (int size : {2, 4}) {
+      const std::vector<TpResults> ranks = Group(
+          "tiny", size, name, true, {"--stream_collectives"}, nullptr, "shm");
+      ASSERT_EQ(ranks.size(), static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        EXPECT_EQ(DifferingBits(ranks[r].logits, one.logits), 0u)
+            << name << " TP=" << size << " rank " << r;
+        EXPECT_EQ(ranks[r].tokens, one.tokens)
+            << name << " TP=" << size << " rank " << r;
+      }
     }
   }
 }

@@ -8,6 +8,9 @@
 //   [u64 n][n floats]  prefill logits, [prompts][vocab]
 //   [u64 n][n floats]  FP8 activation scales, per projection call and prompt
 //   [u64 n][n int32]   generated tokens, [prompts][steps]
+// With --stream_collectives (CPU ranks) the collectives behave as NCCL's on
+// a stream (tests/worker/stream_communicator.h): decode graphs capture
+// them, and a host read without Await fails the run.
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,8 +23,13 @@
 #include "absl/time/clock.h"
 #include "model/checkpoint.h"
 #include "parallel/communicator.h"
+#ifdef OCTET_HAVE_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 #include "parallel/staged_communicator.h"
 #include "parallel/store.h"
+#include "tests/worker/capturing_backend.h"
+#include "tests/worker/stream_communicator.h"
 #include "tests/worker/tp_requests.h"
 #include "worker/backends.h"
 #include "worker/generator.h"
@@ -40,12 +48,20 @@ ABSL_FLAG(int32_t, victim, -1,
           "stops answering for three timeouts");
 ABSL_FLAG(bool, stall, false, "the victim stalls instead of exiting");
 ABSL_FLAG(int32_t, timeout_ms, 60000, "collective timeout");
-ABSL_FLAG(std::string, transport, "gloo", "gloo or shm");
+ABSL_FLAG(std::string, transport, "gloo",
+          "gloo or shm (staged through host memory for CUDA ranks), or nccl "
+          "(CUDA ranks, one GPU each)");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, or cuda: the rank computes on GPU --cuda_device and its "
           "collectives are staged through host memory (several ranks may "
           "share one GPU)");
-ABSL_FLAG(int32_t, cuda_device, 0, "with --device=cuda");
+ABSL_FLAG(int32_t, cuda_device, 0,
+          "with --device=cuda: the GPU, or -1 for the one numbered as the "
+          "rank");
+ABSL_FLAG(bool, stream_collectives, false,
+          "CPU ranks: collectives as stream work (captured by the decode "
+          "graphs, results for the host only after Await); fails unless "
+          "graphs replayed collectives");
 
 namespace octet {
 namespace {
@@ -63,19 +79,65 @@ void WriteSection(std::ofstream& out, const std::vector<T>& v) {
   out.write(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
 }
 
+// This rank's communicator over --transport: NCCL on GPU `gpu`, or shared
+// memory / Gloo (staged through host memory for CUDA ranks).
+absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(
+    KeyValueStore& store, Backend& backend, int rank, int gpu, bool cuda,
+    absl::Duration timeout) {
+  if (absl::GetFlag(FLAGS_transport) == "nccl") {
+#ifdef OCTET_HAVE_NCCL
+    if (!cuda) return absl::InvalidArgumentError("nccl needs --device=cuda");
+    return NewNcclCommunicator(
+        store, rank, absl::GetFlag(FLAGS_size),
+        {.group = absl::GetFlag(FLAGS_group),
+         .device = gpu,
+         .stream = static_cast<cudaStream_t>(backend.cuda_stream()),
+         .timeout = timeout});
+#else
+    (void)gpu;
+    return absl::UnimplementedError("built without NCCL");
+#endif
+  }
+  auto comm = NewCpuCommunicator(store, rank, absl::GetFlag(FLAGS_size),
+                                 absl::GetFlag(FLAGS_transport),
+                                 absl::GetFlag(FLAGS_group), timeout);
+  if (!comm.ok() || !cuda) return comm;
+  return NewStagedCommunicator(backend, *std::move(comm));
+}
+
 int Main() {
   GrpcStore store(absl::GetFlag(FLAGS_store));
   const absl::Duration timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
-  auto backend = NewBackend(cuda ? DeviceChoice::kCuda : DeviceChoice::kCpu, {},
-                            absl::GetFlag(FLAGS_cuda_device));
+  const bool streamed = absl::GetFlag(FLAGS_stream_collectives);
+  if (cuda && streamed) {
+    return Fail(
+        absl::InvalidArgumentError("--stream_collectives is for CPU ranks"));
+  }
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int gpu = absl::GetFlag(FLAGS_cuda_device) == -1
+                      ? rank
+                      : absl::GetFlag(FLAGS_cuda_device);
+  auto backend =
+      NewBackend(cuda ? DeviceChoice::kCuda : DeviceChoice::kCpu, {}, gpu);
   if (!backend.ok()) return Fail(backend.status());
-  auto comm = NewCpuCommunicator(
-      store, absl::GetFlag(FLAGS_rank), absl::GetFlag(FLAGS_size),
-      absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_group), timeout);
+  testing::CapturingBackend* capturing = nullptr;
+  if (streamed) {
+    auto wrapped =
+        std::make_unique<testing::CapturingBackend>(*std::move(backend));
+    capturing = wrapped.get();
+    *backend = std::move(wrapped);
+  }
+  auto comm = JoinGroup(store, **backend, rank, gpu, cuda, timeout);
   if (!comm.ok()) return Fail(comm.status());
-  if (cuda) *comm = NewStagedCommunicator(**backend, *std::move(comm));
+  testing::StreamCommunicator* stream = nullptr;
+  if (streamed) {
+    auto wrapped = std::make_unique<testing::StreamCommunicator>(
+        *capturing, *std::move(comm));
+    stream = wrapped.get();
+    *comm = std::move(wrapped);
+  }
   auto ckpt = Checkpoint::Open(absl::GetFlag(FLAGS_model));
   if (!ckpt.ok()) return Fail(ckpt.status());
   ModelOptions options;
@@ -96,6 +158,18 @@ int Main() {
                  absl::GetFlag(FLAGS_rank),
                  absl::ToDoubleSeconds(absl::Now() - start));
     return Fail(s);
+  }
+  if (streamed) {
+    std::fprintf(stderr,
+                 "tp_rank %d: %lld captures, %lld replays, %lld collectives\n",
+                 absl::GetFlag(FLAGS_rank),
+                 static_cast<long long>(capturing->captures()),
+                 static_cast<long long>(capturing->replays()),
+                 static_cast<long long>(stream->collectives()));
+    if (capturing->replays() == 0) {
+      return Fail(absl::InternalError(
+          "--stream_collectives: no decode graph was replayed"));
+    }
   }
   std::ofstream out(absl::GetFlag(FLAGS_out), std::ios::binary);
   WriteSection(out, results.logits);
