@@ -182,8 +182,11 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
       if (convert) {
         // Decode each weight once into an L2-sized block, then run the
         // prepared kernel over it.
-        const int64_t block = std::max<int64_t>(
-            kColumnAlign, kConvertedBlockBytes / (blocks * row_bytes));
+        const int64_t tile = kern.prepared_rows_per_tile;
+        const int64_t block =
+            std::max<int64_t>(kColumnAlign,
+                              kConvertedBlockBytes / (blocks * row_bytes)) /
+            tile * tile;
         char* b =
             ThreadScratch<Scratch::kConvertedB>(block * blocks * row_bytes);
         uint8_t* packed =

@@ -188,6 +188,7 @@ const GemmKernels kGemmAvx2 = {
     .bf16_rows = Rows<Bf16>,
     .convert_b_e4m3 = ConvertE4m3,
     .prepared_rows = PreparedRows,
+    .prepared_rows_per_tile = kRowsPerTile,
     .converted_k_is_padded = false,
     .e4m3_dot_scale = 256.0f,
 };

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <bit>
+#include <vector>
 
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/rows_tiling.h"
@@ -26,6 +27,12 @@ namespace {
 constexpr int kAlign = 64;       // K block of the e4m3 decoder
 constexpr int kRowsPerTile = 4;  // weight rows per tile
 constexpr int kMaxMPerTile = 4;  // activation rows per tile
+// The bfloat16 tile (BF16 weights, and e4m3 ones converted for large M):
+// more activation rows per tile, so that each weight vector loaded from L2
+// serves more of them (NB * MB accumulators + NB weights + 1 activation
+// fit in the 32 vector registers).
+constexpr int kBf16RowsPerTile = 3;
+constexpr int kBf16MaxMPerTile = 8;
 // The largest next tile (NB weight rows) prefetched into L1 (48 KiB here).
 constexpr int64_t kL1PrefetchTileBytes = int64_t{16} << 10;
 
@@ -153,17 +160,22 @@ struct E4m3Tile {
   }
 };
 
-// bfloat16 tile: NB weight rows (raw, any k) against MB prepared rows.
+// bfloat16 tile: NB weight rows (raw, any k) against MB prepared rows, over
+// K elements [k0, k1) (ChunkedRowsDriver, rows_tiling.h).
 template <int NB, int MB>
 struct Bf16Tile {
   static void Run(const void* a_ptr, int64_t lda, const Bf16* b, int64_t ldb,
-                  int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc) {
+                  int64_t k, int64_t k0, int64_t k1, int64_t col, int64_t row0,
+                  float* c, int64_t ldc, const PartialSums& ps) {
     const Bf16* a = static_cast<const Bf16*>(a_ptr) + row0 * lda;
     __m512 acc[NB][MB];
     OCTET_UNROLL for (int r = 0; r < NB; ++r) {
-      OCTET_UNROLL for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        acc[r][m] = ps.first ? _mm512_setzero_ps()
+                             : _mm512_loadu_ps(ps.partial + r * ps.ld + m * 16);
+      }
     }
-    for (int64_t i = 0; i < k; i += 32) {
+    for (int64_t i = k0; i < k1; i += 32) {
       const __mmask32 mask = Mask32(k - i);
       __m512i w[NB];
       OCTET_UNROLL for (int r = 0; r < NB; ++r) {
@@ -183,7 +195,11 @@ struct Bf16Tile {
     }
     OCTET_UNROLL for (int r = 0; r < NB; ++r) {
       OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-        c[(row0 + m) * ldc + col + r] = ReduceAdd(acc[r][m]);
+        if (ps.last) {
+          c[(row0 + m) * ldc + col + r] = ReduceAdd(acc[r][m]);
+        } else {
+          _mm512_storeu_ps(ps.partial + r * ps.ld + m * 16, acc[r][m]);
+        }
       }
     }
   }
@@ -228,8 +244,13 @@ void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
 void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
               int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
               const KBlocks& blocks) {
-  RowsDriver<kRowsPerTile, kMaxMPerTile, Bf16Tile>(a, lda, m, b, ldb, k, n0, n1,
-                                                   c, ldc, blocks, 2 * ldb);
+  // The tiles' sums between K chunks, kept per thread.
+  thread_local std::vector<float> partial;
+  const size_t floats =
+      ChunkedPartialFloats<kBf16RowsPerTile, kBf16MaxMPerTile>(2 * ldb);
+  if (partial.size() < floats) partial.resize(floats);
+  ChunkedRowsDriver<kBf16RowsPerTile, kBf16MaxMPerTile, Bf16Tile>(
+      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, 2 * ldb, partial.data());
 }
 
 void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
@@ -250,6 +271,7 @@ const GemmKernels kGemmAvx512 = {
     .bf16_rows = Bf16Rows,
     .convert_b_e4m3 = DecodeRows,
     .prepared_rows = PreparedRows,
+    .prepared_rows_per_tile = kBf16RowsPerTile,
     .converted_k_is_padded = true,
     .e4m3_dot_scale = 1.0f,
 };

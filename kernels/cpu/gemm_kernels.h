@@ -69,6 +69,9 @@ struct GemmKernels {
   // the kernel over prepared weights.
   void (*convert_b_e4m3)(const uint8_t* b, int64_t rows, int64_t k, void* dst);
   RowsKernel<void> prepared_rows;
+  // Weight rows per prepared_rows tile: blocks of converted weights are
+  // made a multiple of it, so that no block ends in narrower tiles.
+  int prepared_rows_per_tile;
 
   // The K that prepared_rows is given over converted weights: the one that
   // makes it add the same products in the same order as e4m3_rows, so that

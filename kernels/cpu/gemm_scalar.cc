@@ -57,6 +57,7 @@ const GemmKernels kGemmScalar = {
     .bf16_rows = RowsRef<Bf16>,
     .convert_b_e4m3 = PrepareRef<uint8_t>,
     .prepared_rows = PreparedRowsRef,
+    .prepared_rows_per_tile = 1,
     .converted_k_is_padded = false,
     .e4m3_dot_scale = 1.0f,
 };

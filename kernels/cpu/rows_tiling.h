@@ -75,5 +75,88 @@ void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
   }
 }
 
+// K is cut into chunks of this many elements (a multiple of every level's
+// k_align) by ChunkedRowsDriver.
+constexpr int64_t kKChunk = 1024;
+
+// The accumulators of one tile between K chunks: acc[r][m] (16 binary32
+// lanes) at partial[r * ld + m * 16].
+struct PartialSums {
+  float* partial;
+  int64_t ld;
+  bool first, last;  // start from zero; reduce into c at the end
+};
+
+template <int NB, int MB, template <int, int> class Tile, typename W>
+void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
+                  int64_t ldb, int64_t k, int64_t k0, int64_t k1, int64_t col,
+                  int64_t row0, float* c, int64_t ldc, const PartialSums& ps) {
+  if constexpr (MB > 1) {
+    if (mb < MB) {
+      RunChunkTile<NB, MB - 1, Tile>(mb, a, lda, b, ldb, k, k0, k1, col, row0,
+                                     c, ldc, ps);
+      return;
+    }
+  }
+  Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc, ps);
+}
+
+// As RowsDriver, for compute-bound GEMMs: within a column block and a group
+// of kMaxMb activation rows, K is walked in chunks of kKChunk, every tile of
+// the block finishing a chunk before the next. A group's chunk of
+// activations (kMaxMb rows x kKChunk) then stays in L1 while the block's
+// weights stream past it from L2, instead of both streaming from L2 for
+// every tile. A tile keeps its vector accumulators in `PartialSums` between
+// chunks (Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc,
+// ps) runs K elements [k0, k1)), so each lane adds the same products in the
+// same order as without chunks: the bits do not change. With one group of
+// rows there is nothing to reuse, and K is one chunk.
+template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
+void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
+                       int64_t ldb, int64_t k, int64_t n_begin, int64_t n_end,
+                       float* c, int64_t ldc, const KBlocks& blocks,
+                       int64_t b_row_bytes, float* partial) {
+  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
+  block = block < kNb ? kNb : block / kNb * kNb;
+  const int64_t chunk = m > kMaxMb ? kKChunk : (k > 0 ? k : 1);
+  const int64_t ld = kMaxMb * 16;  // partial floats per column
+  for (int64_t j = 0; j < blocks.count; ++j) {
+    const void* aj = static_cast<const char*>(a) + j * blocks.a_bytes;
+    const W* bj = reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
+                                             j * blocks.b_bytes);
+    float* cj = c + j * blocks.c_floats;
+    for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
+      const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
+      for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
+        const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
+        for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+          const int64_t k1 = k0 + chunk < k ? k0 + chunk : k;
+          const bool first = k0 == 0, last = k1 == k;
+          int64_t col = c0;
+          for (; col + kNb <= c1; col += kNb) {
+            RunChunkTile<kNb, kMaxMb, Tile>(
+                mb, aj, lda, bj, ldb, k, k0, k1, col, row0, cj, ldc,
+                {partial + (col - c0) * ld, ld, first, last});
+          }
+          for (; col < c1; ++col) {
+            RunChunkTile<1, kMaxMb, Tile>(
+                mb, aj, lda, bj, ldb, k, k0, k1, col, row0, cj, ldc,
+                {partial + (col - c0) * ld, ld, first, last});
+          }
+        }
+      }
+    }
+  }
+}
+
+// Floats of partial sums ChunkedRowsDriver needs for weight rows of
+// `b_row_bytes` bytes.
+template <int kNb, int kMaxMb>
+int64_t ChunkedPartialFloats(int64_t b_row_bytes) {
+  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
+  block = block < kNb ? kNb : block / kNb * kNb;
+  return block * kMaxMb * 16;
+}
+
 }  // namespace
 }  // namespace octet::cpu_internal

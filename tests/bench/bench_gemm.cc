@@ -12,7 +12,10 @@
 // and prints both speedups over BF16, the fp8_quant column's achieved GB/s
 // (weights + input activations + output, the bytes that must move) and
 // TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
-// measured at the start of the same run.
+// measured at the start of the same run. On the CPU it also measures the
+// peak of the kernels' dot-product instruction (vdpbf16ps with AVX-512,
+// FMA with AVX2) and prints each cell's BF16 and fp8q TFLOP/s as a share of
+// it: where M is large the GEMM is bound by arithmetic, not bytes.
 //
 // Every timed call reads a different copy of the weights, cycling through at
 // least --rotate_mib, so weights stream from memory as they do when serving a
@@ -302,6 +305,10 @@ class Backend {
   virtual std::string Name() const = 0;
   virtual std::string Describe() const = 0;
   virtual absl::StatusOr<double> ReadBandwidthGBps() = 0;
+  // The dot-product peak in TFLOP/s, or 0 where it is not measured.
+  virtual double DotPeakTflops() { return 0; }
+  // What DotPeakTflops measured, for the header.
+  virtual std::string DotPeakName() const { return ""; }
   // Allocates and fills the rotated weight copies of one shape.
   virtual absl::Status PrepareShape(const Shape& s) = 0;
   virtual absl::StatusOr<Row> Measure(int64_t m) = 0;
@@ -332,6 +339,18 @@ class CpuBackend : public Backend {
   absl::StatusOr<double> ReadBandwidthGBps() override {
     return CpuReadBandwidthGBps(size_t{1} << 30,
                                 cpu_internal::ThreadCount(options_), 5);
+  }
+  double DotPeakTflops() override {
+    const CpuIsa isa = ResolveCpuIsa(c_.cpu_isa);
+    if (isa == CpuIsa::kScalar) return 0;
+    return CpuDotPeakTflops(isa == CpuIsa::kAvx512 ? DotInstruction::kAvx512Bf16
+                                                   : DotInstruction::kAvx2Fma,
+                            cpu_internal::ThreadCount(options_), 5);
+  }
+  std::string DotPeakName() const override {
+    const CpuIsa isa = ResolveCpuIsa(c_.cpu_isa);
+    return isa == CpuIsa::kAvx512 ? "vdpbf16ps (bf16 dot, f32 accumulate)"
+                                  : "vfmadd231ps ymm (f32)";
   }
 
   absl::Status PrepareShape(const Shape& s) override {
@@ -650,21 +669,42 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
 
 constexpr char kCsvHeader[] =
     "backend,shape,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,quant_us,speedup_fp8,"
-    "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path\n";
+    "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
+    "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
-std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps) {
+// TFLOP/s of an M x N x K GEMM that took `ms`.
+double Tflops(const Row& r, double ms) {
+  return 2.0 * r.m * r.n * r.k / (ms * 1e-3) / 1e12;
+}
+
+// `tflops` as a percentage of `peak`; NaN (printed "nan", "-" in the
+// table) where no peak was measured.
+double PctOfPeak(double tflops, double peak) {
+  return peak > 0 ? 100.0 * tflops / peak : std::nan("");
+}
+
+std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
+                    double peak) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
-  const double tflops = 2.0 * r.m * r.n * r.k / (r.fp8_quant_ms * 1e-3) / 1e12;
+  const double tflops = Tflops(r, r.fp8_quant_ms);
+  const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s\n",
+      "%s,%.4f,%.4f,%.2f,%.2f\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
-      r.fp8_path);
+      r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
+      PctOfPeak(tflops, peak));
+}
+
+// A percentage cell of the table, "-" for NaN.
+std::string PctCell(double pct) {
+  return std::isnan(pct) ? absl::StrFormat("%7s", "-")
+                         : absl::StrFormat("%6.1f%%", pct);
 }
 
 // A table time, with a `*` when the fallback kernel ran it.
@@ -673,24 +713,26 @@ std::string TimeCell(double ms, const std::string& path) {
 }
 
 void PrintRow(const Config& c, const std::string& backend, const Row& r,
-              double bw_gbps, std::FILE* csv_out) {
+              double bw_gbps, double peak, std::FILE* csv_out) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
-  const double tflops = 2.0 * r.m * r.n * r.k / (r.fp8_quant_ms * 1e-3) / 1e12;
+  const double tflops = Tflops(r, r.fp8_quant_ms);
   const double pct = 100.0 * gbps / bw_gbps;
   const double x_fp8 = r.bf16_ms / r.fp8_ms,
                x_fp8q = r.bf16_ms / r.fp8_quant_ms;
   if (c.csv) {
-    absl::PrintF("%s", CsvLine(backend, r, bw_gbps));
+    absl::PrintF("%s", CsvLine(backend, r, bw_gbps, peak));
   } else {
-    absl::PrintF("%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%%\n",
-                 r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
-                 TimeCell(r.fp8_ms, r.fp8_path),
-                 TimeCell(r.fp8_quant_ms, r.fp8_path), r.quant_us, x_fp8,
-                 x_fp8q, gbps, tflops, pct);
+    absl::PrintF(
+        "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s %s\n",
+        r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
+        TimeCell(r.fp8_ms, r.fp8_path), TimeCell(r.fp8_quant_ms, r.fp8_path),
+        r.quant_us, x_fp8, x_fp8q, gbps, tflops, pct,
+        PctCell(PctOfPeak(Tflops(r, r.bf16_ms), peak)),
+        PctCell(PctOfPeak(tflops, peak)));
   }
   std::fflush(stdout);
   if (csv_out != nullptr) {
-    absl::FPrintF(csv_out, "%s", CsvLine(backend, r, bw_gbps));
+    absl::FPrintF(csv_out, "%s", CsvLine(backend, r, bw_gbps, peak));
     std::fflush(csv_out);
   }
 }
@@ -721,6 +763,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const bool cpu = b.Name() == "cpu";
+  const double peak = b.DotPeakTflops();
   struct FileCloser {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
@@ -739,16 +782,23 @@ int Main(int argc, char** argv) {
   } else {
     absl::PrintF("bench_gemm  %s\n", b.Describe());
     absl::PrintF("memory read bandwidth, measured now: %.1f GB/s\n", *bw);
+    if (peak > 0) {
+      absl::PrintF("dot-product peak, measured now: %.3f TFLOP/s (%s)\n", peak,
+                   b.DotPeakName());
+    }
     absl::PrintF(
         "%s; weights rotate over >= %d MiB per dtype\n%s\n"
         "fp8q = dynamic activation quantization + FP8 GEMM; quant_us = the "
         "quantization alone; x = speedup over bf16;\nGB/s, TFLOP/s and %%bw "
-        "are for fp8q (bytes = weights + activations in + output); * = the "
-        "fallback kernel ran it, not cuBLASLt\n\n",
+        "are for fp8q (bytes = weights + activations in + output); "
+        "%%pk_bf16, %%pk_fp8q = TFLOP/s of bf16 and fp8q as a share of the "
+        "dot-product peak (- : not measured); * = the fallback kernel ran "
+        "it, not cuBLASLt\n\n",
         b.Notes(), c.rotate_bytes >> 20, b.Timing());
-    absl::PrintF("%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s\n", "M",
-                 "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
-                 "x_fp8q", "GB/s", "TFLOP/s", "%bw");
+    absl::PrintF(
+        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s\n", "M",
+        "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8", "x_fp8q",
+        "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q");
   }
   std::vector<int64_t> skipped;
   int fallback_cells = 0;
@@ -773,7 +823,7 @@ int Main(int argc, char** argv) {
                      std::string(row.status().message()).c_str());
         return 1;
       }
-      PrintRow(c, b.Name(), *row, *bw, csv_out.get());
+      PrintRow(c, b.Name(), *row, *bw, peak, csv_out.get());
       if (row->Fallback()) ++fallback_cells;
     }
   }

@@ -1,6 +1,9 @@
 #include "tests/bench/membw.h"
 
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -27,7 +30,75 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t SumWords(
   return a + b + c + d;
 }
 
+constexpr int64_t kPeakIterations = int64_t{1} << 21;
+
+#if defined(__x86_64__)
+// kPeakIterations x 16 instructions on independent accumulators, enough in
+// flight to cover the instruction's latency on two ports; returns the
+// multiply-adds done. The operands come through volatile memory so that the
+// compiler cannot fold the loop.
+__attribute__((target("avx512f,avx512bf16"))) double RunDpbf16(
+    volatile float* sink) {
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(static_cast<short>(*sink));
+  const __m512bh y = (__m512bh)_mm512_set1_epi16(0x3F80);  // 1.0
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < kPeakIterations; ++i) {
+#pragma GCC unroll 16
+    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, y);
+  }
+  __m512 total = acc[0];
+  for (int j = 1; j < 16; ++j) total = _mm512_add_ps(total, acc[j]);
+  // Not _mm512_reduce_add_ps: GCC 12's trips -Wuninitialized (bug 105593).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, total);
+  *sink = lanes[0];
+  return double(kPeakIterations) * 16 * 32;
+}
+
+__attribute__((target("avx2,fma"))) double RunFma(volatile float* sink) {
+  const __m256 x = _mm256_set1_ps(*sink);
+  const __m256 y = _mm256_set1_ps(1.0f);
+  __m256 acc[16];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (int64_t i = 0; i < kPeakIterations; ++i) {
+#pragma GCC unroll 16
+    for (__m256& a : acc) a = _mm256_fmadd_ps(x, y, a);
+  }
+  __m256 total = acc[0];
+  for (int j = 1; j < 16; ++j) total = _mm256_add_ps(total, acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  *sink = lanes[0];
+  return double(kPeakIterations) * 16 * 8;
+}
+#endif
+
 }  // namespace
+
+double CpuDotPeakTflops(DotInstruction instruction, int threads, int reps) {
+#if defined(__x86_64__)
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    double fmas = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : fmas)
+    {
+      volatile float sink = 0.0f;
+      fmas += instruction == DotInstruction::kAvx512Bf16 ? RunDpbf16(&sink)
+                                                         : RunFma(&sink);
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    best = std::max(best, 2 * fmas / s / 1e12);
+  }
+  return best;
+#else
+  (void)instruction, (void)threads, (void)reps;
+  return 0;
+#endif
+}
 
 double CpuReadBandwidthGBps(size_t bytes, int threads, int reps) {
   const size_t words = bytes / sizeof(uint64_t);
