@@ -168,7 +168,7 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   for (int64_t r = 0; r < p.m; ++r) {
     out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
   }
-  const bool convert = kE4m3 && p.m > cpu_internal::kStreamMaxM;
+  const bool convert = kE4m3 && p.m > kern.stream_max_m;
   const int64_t converted_k = kern.converted_k_is_padded ? kb_pad : kb;
 
   int64_t chunk = (p.n + threads - 1) / threads;

@@ -185,6 +185,7 @@ const GemmKernels kGemmAvx2 = {
     .prepare_a_e4m3 = PrepareE4m3,
     .prepare_a_bf16 = PrepareBf16,
     .e4m3_rows = Rows<uint8_t>,
+    .stream_max_m = 8,
     .bf16_rows = Rows<Bf16>,
     .convert_b_e4m3 = ConvertE4m3,
     .prepared_rows = PreparedRows,

@@ -30,10 +30,6 @@
 
 namespace octet::cpu_internal {
 
-// For M above this the e4m3 GEMM converts weight blocks once instead of
-// decoding them on the fly for every group of activation rows.
-inline constexpr int kStreamMaxM = 8;
-
 // K cut into blocks that are summed separately (gemm.h, *BlockSums): block
 // j's prepared activations start at a + j * a_bytes, its weights at
 // b + j * b_bytes, and its sums go to c + j * c_floats. Each block is
@@ -63,6 +59,10 @@ struct GemmKernels {
 
   // Streaming kernels over the raw weights.
   RowsKernel<uint8_t> e4m3_rows;
+  // For M above this the e4m3 GEMM converts weight blocks once instead of
+  // decoding them on the fly in e4m3_rows for every group of activation
+  // rows (where the decode costs more than converting does).
+  int stream_max_m;
   RowsKernel<Bf16> bf16_rows;
 
   // e4m3 weight rows -> prepared format ([rows][round_up(k, k_align)]), and

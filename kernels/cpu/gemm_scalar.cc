@@ -54,6 +54,7 @@ const GemmKernels kGemmScalar = {
     .prepare_a_e4m3 = PrepareRef<uint8_t>,
     .prepare_a_bf16 = PrepareRef<Bf16>,
     .e4m3_rows = RowsRef<uint8_t>,
+    .stream_max_m = 8,
     .bf16_rows = RowsRef<Bf16>,
     .convert_b_e4m3 = PrepareRef<uint8_t>,
     .prepared_rows = PreparedRowsRef,

@@ -172,6 +172,51 @@ TEST_P(GemmTest, RowScalesGiveEachRowWhatItGetsAlone) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Long K, where the AVX-512 kernels walk K in chunks once there are more
+// activation rows than one tile holds (rows_tiling.h), keeping each tile's
+// vector sums between chunks: every row of a batch is still bit for bit
+// the row alone, for e4m3 (streaming tiles of 4 and 8 rows, converted
+// weights) and bfloat16 weights.
+TEST_P(GemmTest, RowsDoNotDependOnTheBatchWhenKIsChunked) {
+  for (const Shape& s :
+       {Shape{6, 37, 2500}, Shape{12, 37, 2500}, Shape{16, 20, 4096},
+        Shape{17, 37, 2100}, Shape{40, 19, 3000}}) {
+    const auto qa = RandomCodes(s.m * s.k, 71 + s.m);
+    const auto qb = RandomCodes(s.n * s.k, 72 + s.m);
+    const auto a16 = RandomBf16(s.m * s.k, 73 + s.m);
+    const auto b16 = RandomBf16(s.n * s.k, 74 + s.m);
+    std::vector<float> scales(s.m, 0.25f);
+    std::vector<float> batched(s.m * s.n), alone(s.n);
+    ASSERT_TRUE(GemmE4m3RowScales(qa.data(), scales.data(), qb.data(), 0.5f,
+                                  s.m, s.n, s.k, batched.data(), DType::kF32,
+                                  Options(2))
+                    .ok());
+    for (int64_t r = 0; r < s.m; ++r) {
+      ASSERT_TRUE(GemmE4m3(qa.data() + r * s.k, 0.25f, qb.data(), 0.5f, 1, s.n,
+                           s.k, alone.data(), DType::kF32, Options())
+                      .ok());
+      for (int64_t j = 0; j < s.n; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(alone[j]),
+                  std::bit_cast<uint32_t>(batched[r * s.n + j]))
+            << "e4m3 M=" << s.m << " K=" << s.k << " row " << r << " col " << j;
+      }
+    }
+    ASSERT_TRUE(GemmBf16(a16.data(), b16.data(), s.m, s.n, s.k, batched.data(),
+                         DType::kF32, Options(2))
+                    .ok());
+    for (int64_t r = 0; r < s.m; ++r) {
+      ASSERT_TRUE(GemmBf16(a16.data() + r * s.k, b16.data(), 1, s.n, s.k,
+                           alone.data(), DType::kF32, Options())
+                      .ok());
+      for (int64_t j = 0; j < s.n; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(alone[j]),
+                  std::bit_cast<uint32_t>(batched[r * s.n + j]))
+            << "bf16 M=" << s.m << " K=" << s.k << " row " << r << " col " << j;
+      }
+    }
+  }
+}
+
 // Columns [begin, end) of the row-major [rows][k] matrix m: one rank's K.
 template <typename T>
 std::vector<T> KSlice(const std::vector<T>& m, int64_t rows, int64_t k,
