@@ -27,6 +27,10 @@
 // call), the CSV in its path columns, the table as a `*` on the time with a
 // footnote, so that a fallback number is never read as cuBLASLt's.
 // --csv_out writes the CSV to a file in the same run as the table.
+//
+// The peer on the CPU is PyTorch's F.linear (BF16, oneDNN):
+// tests/bench/torch_linear.py runs this benchmark and PyTorch on the same
+// cells in alternating rounds and prints both, with the ratios' spread.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
