@@ -15,7 +15,7 @@
 #include <immintrin.h>
 
 #include <bit>
-#include <vector>
+#include <cstdlib>
 
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/rows_tiling.h"
@@ -252,11 +252,24 @@ void PrepareBf16(const Bf16* a, int64_t m, int64_t k, void* dst) {
   }
 }
 
-// The tiles' sums between K chunks, kept per thread: at least `floats`.
+// The tiles' sums between K chunks, kept per thread: at least `floats`, or
+// null when that much memory cannot be had (the driver then runs K whole).
+// Plain malloc in a type of this unit's own: a std::vector here would emit
+// weak library code compiled for AVX-512 that the linker could pick for the
+// whole program (IsaUnitsDefineNoShareableCode).
+struct PartialBuffer {
+  float* data = nullptr;
+  size_t floats = 0;
+  ~PartialBuffer() { std::free(data); }
+};
 float* PartialScratch(size_t floats) {
-  thread_local std::vector<float> partial;
-  if (partial.size() < floats) partial.resize(floats);
-  return partial.data();
+  thread_local PartialBuffer buffer;
+  if (buffer.floats < floats) {
+    std::free(buffer.data);
+    buffer.data = static_cast<float*>(std::malloc(floats * sizeof(float)));
+    buffer.floats = buffer.data != nullptr ? floats : 0;
+  }
+  return buffer.data;
 }
 
 void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,

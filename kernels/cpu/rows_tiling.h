@@ -110,7 +110,8 @@ void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
 // chunks (Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc,
 // ps) runs K elements [k0, k1)), so each lane adds the same products in the
 // same order as without chunks: the bits do not change. With one group of
-// rows there is nothing to reuse, and K is one chunk.
+// rows there is nothing to reuse, and K is one chunk; so it is without
+// `partial` (null: no memory for it).
 template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
 void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        int64_t ldb, int64_t k, int64_t n_begin, int64_t n_end,
@@ -118,7 +119,8 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        int64_t b_row_bytes, float* partial) {
   int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
   block = block < kNb ? kNb : block / kNb * kNb;
-  const int64_t chunk = m > kMaxMb ? kKChunk : (k > 0 ? k : 1);
+  const int64_t chunk =
+      m > kMaxMb && partial != nullptr ? kKChunk : (k > 0 ? k : 1);
   const int64_t ld = kMaxMb * 16;  // partial floats per column
   for (int64_t j = 0; j < blocks.count; ++j) {
     const void* aj = static_cast<const char*>(a) + j * blocks.a_bytes;
