@@ -26,7 +26,11 @@ class NcclCommunicator : public Communicator {
         size_(size),
         options_(options),
         scratch_(scratch) {}
+  // Destroying a group with collectives in flight waits for them, which a
+  // dead peer would make forever: they are awaited first, within the
+  // timeout, and a group that fails that is aborted instead (by Await).
   ~NcclCommunicator() override {
+    if (comm_ != nullptr) Await().IgnoreError();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     cudaFree(scratch_);
   }
