@@ -63,6 +63,9 @@ ABSL_FLAG(std::string, quantization, "fp8", "fp8 or none");
 ABSL_FLAG(std::string, weight_scale, "local",
           "FP8 weight scales per shard (local) or of the whole weight "
           "(global: results equal TP=1's)");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "with --quantization fp8: the lm_head in FP8 too, one scale per "
+          "vocabulary row (CPU workers only)");
 ABSL_FLAG(int32_t, port, 50051, "port of the public gRPC API");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, gpus, "",
@@ -184,6 +187,7 @@ struct CoordinatorOptions {
   int tp = 1;
   std::string quantization;  // "fp8" or "none", as ModelInfo names it
   bool global_weight_scale = false;
+  bool quantize_lm_head = false;
   rpc::Device device = rpc::DEVICE_AUTO;
   rpc::Transport transport = rpc::TRANSPORT_SHM;
   int port = 0, metrics_port = 0;
@@ -225,6 +229,10 @@ absl::Status ParseChoices(CoordinatorOptions& o) {
                    weight_scale + "'");
   }
   o.global_weight_scale = weight_scale == "global";
+  o.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  if (o.quantize_lm_head && o.quantization != "fp8") {
+    return Invalid("--quantize_lm_head needs --quantization fp8");
+  }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "auto") {
     o.device = rpc::DEVICE_AUTO;
@@ -530,6 +538,7 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
   g.load.set_quantization(o.quantization == "fp8" ? rpc::QUANTIZATION_FP8
                                                   : rpc::QUANTIZATION_NONE);
   g.load.set_global_weight_scale(o.global_weight_scale);
+  g.load.set_quantize_lm_head(o.quantize_lm_head);
   g.load.set_transport(o.transport);
   g.load.set_device(o.device);
   g.load.set_kv_blocks(o.kv_tokens / o.block_size);

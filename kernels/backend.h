@@ -64,10 +64,13 @@ struct LinearWeight {
   int64_t in = 0;
   DType dtype = DType::kBf16;  // kF32 / kBf16 (unquantized) or kE4m3
   DeviceBuffer data;
-  // kE4m3 only: the weight's per-tensor scale (one float on the device), and
-  // for static activation quantization the activation scale (likewise).
+  // kE4m3 only: the weight's per-tensor scale (one float on the device), or
+  // with scale_per_row one per output row ([out] floats: the FP8 lm_head),
+  // and for static activation quantization the activation scale (one
+  // float).
   DeviceBuffer scale;
   DeviceBuffer input_scale;  // empty: dynamic activation scales
+  bool scale_per_row = false;
 };
 
 // Where the tokens of one forward pass sit in the paged KV cache.
@@ -246,7 +249,9 @@ class Backend {
   virtual absl::Status QuantizeStatic(const void* x, int64_t count,
                                       const float* scale, uint8_t* q) = 0;
   // Row r of y = (q_r · Wᵀ) · (q_scale[g] · w.scale) for r's group g, in the
-  // activation dtype (a static scale: one group).
+  // activation dtype (a static scale: one group). With w.scale_per_row,
+  // column c is scaled by q_scale[g] · w.scale[c] instead (backends without
+  // per-row weight scales answer Unimplemented).
   virtual absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
                                 const RowGroups& groups, int64_t rows,
                                 const LinearWeight& w, void* y) = 0;

@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, model, "", "generate: the checkpoint directory");
 ABSL_FLAG(std::string, quantization, "none",
           "generate: linear layers: none (checkpoint dtype) or fp8 (e4m3, "
           "per-tensor scales); an FP8 checkpoint needs fp8");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "generate: with --quantization fp8, the lm_head in FP8 too (one "
+          "scale per vocabulary row; CPU only)");
 ABSL_FLAG(std::string, prompt, "",
           "generate: the prompt text (needs a tokenizer)");
 ABSL_FLAG(
@@ -360,6 +363,11 @@ absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
   } else if (f.quantization != "none") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantization: '", f.quantization, "' is not none or fp8"));
+  }
+  f.options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  if (f.options.quantize_lm_head && f.options.method != LinearMethod::kFp8) {
+    return absl::InvalidArgumentError(
+        "--quantize_lm_head needs --quantization fp8");
   }
   f.device = absl::GetFlag(FLAGS_device);
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {

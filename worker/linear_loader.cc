@@ -393,6 +393,46 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
   return LoadLinear(ckpt, {name}, dense, backend, slice);
 }
 
+absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
+                                                 const std::string& name,
+                                                 const WeightPolicy& policy,
+                                                 Backend& backend,
+                                                 const WeightSlice& slice) {
+  OCTET_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetParts(ckpt, {name}));
+  TensorView& t = views[0];
+  if (!IsFloat(t.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(t.file, ": tensor '", name, "' must be a float tensor"));
+  }
+  std::vector<uint8_t> staging;
+  OCTET_RETURN_IF_ERROR(SliceView(slice, 0, t, staging));
+  LinearWeight w;
+  w.out = t.shape[0];
+  w.in = t.shape[1];
+  w.dtype = DType::kE4m3;
+  w.scale_per_row = true;
+  try {
+    AlignedVector<uint8_t> codes(w.out * w.in);
+    std::vector<float> scales(w.out), row(w.in);
+    for (int64_t r = 0; r < w.out; ++r) {
+      Widen(t, r * w.in, w.in, row.data());
+      OCTET_ASSIGN_OR_RETURN(
+          const E4m3Scale s,
+          QuantizeE4m3Dynamic(row.data(), w.in, codes.data() + r * w.in,
+                              policy.cpu));
+      scales[r] = s.scale;
+    }
+    ckpt.ReleasePages(name);
+    OCTET_ASSIGN_OR_RETURN(w.data, Upload(backend, codes.data(), codes.size()));
+    OCTET_ASSIGN_OR_RETURN(
+        w.scale, Upload(backend, scales.data(), scales.size() * sizeof(float)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory staging '", name, "'"));
+  }
+  return w;
+}
+
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
                                            const std::string& name,
                                            Backend& backend) {

@@ -64,6 +64,16 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
                                        Backend& backend,
                                        const WeightSlice& slice = {});
 
+// A float table [rows][cols] (the lm_head) as e4m3 with one scale per row
+// (LinearWeight::scale_per_row): each row quantized by the FP8 contract with
+// its own absmax, so that a row's codes and scale depend on that row alone
+// (and not on the tensor-parallel slice).
+absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
+                                                 const std::string& name,
+                                                 const WeightPolicy& policy,
+                                                 Backend& backend,
+                                                 const WeightSlice& slice = {});
+
 // A float vector (a norm weight) as binary32 on the device.
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
                                            const std::string& name,

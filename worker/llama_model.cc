@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -201,7 +202,25 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
   OCTET_ASSIGN_OR_RETURN(
       embedding_, LoadTable(ckpt, "model.embed_tokens.weight", policy, backend_,
                             vocab_rows));
-  if (config_.tie_word_embeddings) {
+  if (options_.quantize_lm_head) {
+    if (options_.method != LinearMethod::kFp8) {
+      return absl::InvalidArgumentError(
+          "an FP8 lm_head needs the fp8 quantization method");
+    }
+    if (backend_.kind() != DeviceKind::kCpu) {
+      return absl::UnimplementedError(absl::StrCat(
+          "an FP8 lm_head needs per-row weight scales, built only for the "
+          "CPU backend, not ",
+          backend_.Describe()));
+    }
+    // Tied embeddings keep their unquantized table for the lookups.
+    OCTET_ASSIGN_OR_RETURN(lm_head_,
+                           LoadTableE4m3PerRow(ckpt,
+                                               config_.tie_word_embeddings
+                                                   ? "model.embed_tokens.weight"
+                                                   : "lm_head.weight",
+                                               policy, backend_, vocab_rows));
+  } else if (config_.tie_word_embeddings) {
     lm_head_.out = embedding_.out;
     lm_head_.in = embedding_.in;
     lm_head_.dtype = embedding_.dtype;
@@ -318,7 +337,9 @@ const LinearWeight& LlamaModel::projection(int64_t layer, int which) const {
 
 uint64_t LlamaModel::WeightBytes() const {
   uint64_t total = embedding_.data.bytes() + final_norm_.bytes();
-  if (!config_.tie_word_embeddings) total += lm_head_.data.bytes();
+  if (!config_.tie_word_embeddings || lm_head_.dtype == DType::kE4m3) {
+    total += lm_head_.data.bytes() + lm_head_.scale.bytes();
+  }
   for (const Layer& l : layers_) {
     total += l.input_norm.bytes() + l.post_norm.bytes();
     for (const LinearWeight* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
@@ -364,6 +385,11 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     }
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, seqs * sizeof(float)));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
+    std::vector<int32_t> ids(seqs);
+    std::iota(ids.begin(), ids.end(), 0);
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.seq_ids, seqs * sizeof(int32_t)));
+    OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(s.seq_ids.data(), ids.data(),
+                                                seqs * sizeof(int32_t)));
     s.seqs = seqs;
   }
   if (table_entries > s.table_entries) s.table_entries = table_entries;
@@ -784,19 +810,30 @@ absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
                                          tokens, h, eps, s.x.data()));
   OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h, s.last_rows,
                                             num_seqs, s.last_hidden.data()));
-  if (plan_.size == 1) {
-    return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
-                         s.logits.data(), DType::kF32);
-  }
+  if (plan_.size == 1) return LmHead(num_seqs, s.logits.data());
   // Vocabulary-parallel lm_head: each rank's [seqs][vocab / size] logits,
   // gathered as [size][seqs][vocab / size], laid out as [seqs][vocab].
-  OCTET_RETURN_IF_ERROR(backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_,
-                                      s.local_logits.data(), DType::kF32));
+  OCTET_RETURN_IF_ERROR(LmHead(num_seqs, s.local_logits.data()));
   const int64_t part = num_seqs * plan_.vocab;
   OCTET_RETURN_IF_ERROR(options_.comm->AllGather(s.local_logits.as<float>(),
                                                  part, s.gathered.as<float>()));
   return backend_.InterleaveParts(s.gathered.as<float>(), plan_.size, num_seqs,
                                   plan_.vocab, s.logits.as<float>());
+}
+
+absl::Status LlamaModel::LmHead(int64_t num_seqs, void* logits) {
+  const Scratch& s = scratch_;
+  if (lm_head_.dtype != DType::kE4m3) {
+    return backend_.Gemm(s.last_hidden.data(), num_seqs, lm_head_, logits,
+                         DType::kF32);
+  }
+  // One activation scale per sequence, as for the layers' inputs; the input
+  // is whole on every rank (column-parallel), so no absmax all-reduce. The
+  // CPU's activation dtype is binary32: the logits come out in it.
+  const RowGroups seqs{num_seqs,
+                       num_seqs == 1 ? nullptr : s.seq_ids.as<int32_t>()};
+  return Linear(lm_head_, Input{.x = s.last_hidden.data()}, num_seqs, seqs,
+                false, logits, nullptr);
 }
 
 absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,

@@ -65,6 +65,11 @@ struct ModelOptions {
   // Row-parallel FP8 inputs (o_proj, down_proj) all-reduce their absmax so
   // that every rank uses the same scale. Off only to measure its cost.
   bool sync_activation_absmax = true;
+  // FP8 lm_head (with method kFp8): the vocabulary projection quantized at
+  // load with one scale per vocabulary row, its input per sequence, as the
+  // layers' inputs are. Off by default: the unquantized head decides the
+  // tokens. CPU backend only (per-row weight scales).
+  bool quantize_lm_head = false;
   // Called on the loading thread after each layer (layers done, layers in
   // all): load progress for a person watching.
   std::function<void(int64_t, int64_t)> on_layer_loaded;
@@ -174,6 +179,9 @@ class LlamaModel {
             *tables = nullptr;
     DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
+    // int32 0, 1, ..., seqs - 1: the group of each last_hidden row, for the
+    // FP8 lm_head's per-sequence input scales.
+    DeviceBuffer seq_ids;
   };
   // A forward's host-side metadata, validated (llama_model.cc).
   struct HostBatch;
@@ -290,6 +298,9 @@ class LlamaModel {
                                  ForwardTrace* trace);
   // Waits for the collectives issued so far (Communicator::Await) before
   // the host reads results or waits on the stream; nothing on one rank.
+  // logits[seqs][vocab part] (binary32) = last_hidden · lm_headᵀ, unquantized
+  // or FP8 (ModelOptions::quantize_lm_head).
+  absl::Status LmHead(int64_t num_seqs, void* logits);
   absl::Status AwaitCollectives();
   // Sums `count` activations across the ranks (row-parallel outputs,
   // embeddings); nothing on one rank.

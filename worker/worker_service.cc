@@ -245,6 +245,7 @@ grpc::Status WorkerService::Load(
     o.cpu = cpu;
     o.comm = result->comm.get();
     o.global_weight_scale = r.global_weight_scale();
+    o.quantize_lm_head = r.quantize_lm_head();
     o.on_layer_loaded = [&](int64_t done, int64_t total) {
       report(done, total, "loading layers");
     };

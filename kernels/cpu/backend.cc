@@ -216,12 +216,17 @@ class CpuBackend : public Backend {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
     const float w_scale = *w.scale.as<float>();
-    if (groups.count == 1) {
+    if (groups.count == 1 && !w.scale_per_row) {
       return octet::GemmE4m3(q, *q_scale, w.data.as<uint8_t>(), w_scale, rows,
                              w.out, w.in, y, DType::kF32, options_);
     }
     absl::Status s = SpreadRowScales(rows, q_scale, groups, "GemmE4m3");
     if (!s.ok()) return s;
+    if (w.scale_per_row) {
+      return octet::GemmE4m3ChannelScales(
+          q, row_scales_.data(), w.data.as<uint8_t>(), w.scale.as<float>(),
+          rows, w.out, w.in, y, DType::kF32, options_);
+    }
     return octet::GemmE4m3RowScales(q, row_scales_.data(), w.data.as<uint8_t>(),
                                     w_scale, rows, w.out, w.in, y, DType::kF32,
                                     options_);
@@ -243,6 +248,11 @@ class CpuBackend : public Backend {
                          void* y) override {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
+    }
+    if (w.scale_per_row) {
+      return absl::UnimplementedError(
+          "ScaleRows: per-row weight scales (row-parallel layers have "
+          "per-tensor ones)");
     }
     absl::Status s = SpreadRowScales(rows, q_scale, groups, "ScaleRows");
     if (!s.ok()) return s;

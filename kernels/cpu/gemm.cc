@@ -41,16 +41,20 @@ const GemmKernels& GemmKernelsFor(CpuIsa isa) {
 }
 
 // The epilogue: y[row, col] = (c[row * ldc + col - col0] * dot_scale) *
-// out_scale[row] for rows [0, m) and columns [col0, col1). Each element is
-// read before it is written, so c may be y itself (binary32, same layout).
+// out_scale[row] for rows [0, m) and columns [col0, col1), or with
+// per-column weight scales (col_scale non-null) * (row_scale[row] *
+// col_scale[col]). Each element is read before it is written, so c may be y
+// itself (binary32, same layout).
 void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
-            float dot_scale, const float* out_scale, void* y, DType y_dtype,
-            int64_t ldy) {
+            float dot_scale, const float* out_scale, const float* row_scale,
+            const float* col_scale, void* y, DType y_dtype, int64_t ldy) {
   for (int64_t row = 0; row < m; ++row) {
     const float* src = c + row * ldc;
     const float scale = out_scale[row];
     for (int64_t col = col0; col < col1; ++col) {
-      const float v = (src[col - col0] * dot_scale) * scale;
+      const float s =
+          col_scale == nullptr ? scale : row_scale[row] * col_scale[col];
+      const float v = (src[col - col0] * dot_scale) * s;
       if (y_dtype == DType::kBf16) {
         static_cast<Bf16*>(y)[row * ldy + col] = FloatToBf16(v);
       } else {
@@ -82,8 +86,10 @@ char* ThreadScratch(size_t bytes) {
 // One GEMM's operands as the driver sees them: A and B both e4m3 codes or
 // both bfloat16, or binary32 activations with binary32 or bfloat16 weights.
 // Row r of Y is scaled by scale_a[r] * scale_b (one rounding), or by
-// scale_b alone when scale_a is null (the unquantized GEMMs: 1). K is cut
-// into k_blocks equal blocks, each summed on its own, added by TreeSum.
+// scale_b alone when scale_a is null (the unquantized GEMMs: 1); with
+// scale_b_cols, element (r, c) by scale_a[r] * scale_b_cols[c] instead. K
+// is cut into k_blocks equal blocks, each summed on its own, added by
+// TreeSum.
 template <typename A, typename B>
 struct Problem {
   const A* a;
@@ -94,6 +100,7 @@ struct Problem {
   void* y;
   DType y_dtype;
   int64_t k_blocks = 1;
+  const float* scale_b_cols = nullptr;
 };
 
 // binary32 activations -> the binary32 dot format of the scalar and AVX2
@@ -223,8 +230,8 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
         TreeSum(sums + row * p.n + col0, blocks, p.m * p.n, col1 - col0);
       }
     }
-    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.y,
-           p.y_dtype, p.n);
+    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.scale_a,
+           p.scale_b_cols, p.y, p.y_dtype, p.n);
   }
 }
 
@@ -278,6 +285,19 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
   return Run(Problem<uint8_t, uint8_t>{qa, qb, m, n, k, row_scale_a, scale_b, y,
                                        y_dtype},
              options, "GemmE4m3RowScales");
+}
+
+absl::Status GemmE4m3ChannelScales(const uint8_t* qa, const float* row_scale_a,
+                                   const uint8_t* qb, const float* col_scale_b,
+                                   int64_t m, int64_t n, int64_t k, void* y,
+                                   DType y_dtype,
+                                   const CpuKernelOptions& options) {
+  if ((m > 0 && row_scale_a == nullptr) || (n > 0 && col_scale_b == nullptr)) {
+    return absl::InvalidArgumentError("GemmE4m3ChannelScales: null scales");
+  }
+  Problem<uint8_t, uint8_t> p{qa, qb, m, n, k, row_scale_a, 1.0f, y, y_dtype};
+  p.scale_b_cols = col_scale_b;
+  return Run(p, options, "GemmE4m3ChannelScales");
 }
 
 absl::Status GemmE4m3BlockSums(const uint8_t* qa, const uint8_t* qb, int64_t m,

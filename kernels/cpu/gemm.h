@@ -34,6 +34,17 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
                                int64_t n, int64_t k, void* y, DType y_dtype,
                                const CpuKernelOptions& options = {});
 
+// As GemmE4m3RowScales, with one weight scale per output column (weights
+// quantized per row, as an FP8 lm_head is: [N] scales): Y[r][c] =
+// (qa_r · qb_c) · (row_scale_a[r] · col_scale_b[c]), the two scales
+// multiplied first (one rounding), so each column is exactly
+// GemmE4m3RowScales of that weight row alone with its scale.
+absl::Status GemmE4m3ChannelScales(const uint8_t* qa, const float* row_scale_a,
+                                   const uint8_t* qb, const float* col_scale_b,
+                                   int64_t m, int64_t n, int64_t k, void* y,
+                                   DType y_dtype,
+                                   const CpuKernelOptions& options = {});
+
 // Tensor-parallel-invariant sums (kernels/tree_sum.h) for row-parallel
 // layers: K is cut into `k_blocks` equal blocks (k_blocks must divide K);
 // each block's dot products are computed exactly as the GEMM above computes

@@ -15,8 +15,13 @@
 // Loading a large model dominates the run (the mistral-7b preset is 14 GB,
 // loaded twice), so one process measures every batch size.
 //
+// --quantize_lm_head adds a third model, "fp8+head": FP8 with the lm_head
+// in FP8 too (ModelOptions::quantize_lm_head), its steps interleaved with
+// the other two.
+//
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
 //                [--prompt_tokens 16] [--batch 1,8,32] [--graph_max_batch 64]
+//                [--quantize_lm_head]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +46,8 @@ ABSL_FLAG(std::string, batch, "1",
           "sequences decoded together; a comma-separated list measures each "
           "size in turn with the models loaded once");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "also measure FP8 with an FP8 lm_head (fp8+head)");
 ABSL_FLAG(int32_t, graph_max_batch, 64,
           "decode batches up to this size replay captured graphs on a "
           "backend that can capture (CUDA); 0: never");
@@ -67,7 +74,7 @@ struct Runner {
 // What one batch size measured.
 struct Result {
   int batch;
-  double none_ms, fp8_ms;  // median per step
+  std::vector<double> ms;  // median per step, per runner (none, fp8, ...)
 };
 
 int Fail(const absl::Status& s) {
@@ -136,11 +143,15 @@ int Main(int argc, char** argv) {
     return Fail(
         absl::InvalidArgumentError("prompt + steps exceed the context"));
   }
-  Runner runners[2] = {{.name = "none"}, {.name = "fp8"}};
-  double load_s[2];
-  for (int i = 0; i < 2; ++i) {
+  std::vector<Runner> runners(absl::GetFlag(FLAGS_quantize_lm_head) ? 3 : 2);
+  runners[0].name = "none";
+  runners[1].name = "fp8";
+  if (runners.size() > 2) runners[2].name = "fp8+head";
+  std::vector<double> load_s(runners.size());
+  for (size_t i = 0; i < runners.size(); ++i) {
     ModelOptions o;
     o.method = i == 0 ? LinearMethod::kNone : LinearMethod::kFp8;
+    o.quantize_lm_head = i == 2;
     o.cpu = cpu;
     o.graph_max_batch = absl::GetFlag(FLAGS_graph_max_batch);
     const auto t0 = Clock::now();
@@ -150,12 +161,14 @@ int Main(int argc, char** argv) {
     load_s[i] = SecondsSince(t0);
     runners[i].model = *std::move(m);
   }
-  std::fprintf(stderr,
-               "bench_decode: %s on %s, weights none %.2f GiB (loaded in "
-               "%.1f s), fp8 %.2f GiB (loaded in %.1f s)\n",
-               dir.c_str(), (*backend)->Describe().c_str(),
-               runners[0].model->WeightBytes() / double(1 << 30), load_s[0],
-               runners[1].model->WeightBytes() / double(1 << 30), load_s[1]);
+  std::fprintf(stderr, "bench_decode: %s on %s, weights", dir.c_str(),
+               (*backend)->Describe().c_str());
+  for (size_t i = 0; i < runners.size(); ++i) {
+    std::fprintf(stderr, "%s %s %.2f GiB (loaded in %.1f s)", i == 0 ? "" : ",",
+                 runners[i].name,
+                 runners[i].model->WeightBytes() / double(1 << 30), load_s[i]);
+  }
+  std::fprintf(stderr, "\n");
   // Each step ends as serving's does: greedy tokens chosen on the device,
   // only their ids copied back.
   std::vector<SampledToken> sampled;
@@ -194,8 +207,8 @@ int Main(int argc, char** argv) {
         r.step_ms.push_back(SecondsSince(t0) * 1e3);
       }
     }
-    const Result got{batch, Median(runners[0].step_ms),
-                     Median(runners[1].step_ms)};
+    Result got{batch, {}};
+    for (const Runner& r : runners) got.ms.push_back(Median(r.step_ms));
     results.push_back(got);
     if (batches.size() > 1) std::printf("batch %d:\n", batch);
     for (const Runner& r : runners) {
@@ -204,8 +217,10 @@ int Main(int argc, char** argv) {
           "%-5s median %.2f ms per step (%d sequences) = %.2f tokens/s\n",
           r.name, ms, batch, batch * 1e3 / ms);
     }
-    std::printf("fp8 decode speedup over none: %.2fx (batch %d)\n",
-                got.none_ms / got.fp8_ms, batch);
+    for (size_t i = 1; i < runners.size(); ++i) {
+      std::printf("%s decode speedup over none: %.2fx (batch %d)\n",
+                  runners[i].name, got.ms[0] / got.ms[i], batch);
+    }
     std::fflush(stdout);
   }
   for (Runner& r : runners) {
@@ -213,12 +228,25 @@ int Main(int argc, char** argv) {
     r.cache.reset();
   }
   if (results.size() > 1) {
-    std::printf("\n%6s %12s %12s %12s %12s %9s\n", "batch", "none_ms/step",
-                "fp8_ms/step", "none_tok/s", "fp8_tok/s", "fp8/none");
+    // batch, then per runner ms/step and tokens/s, then each over none.
+    std::printf("\n%6s", "batch");
+    for (const Runner& r : runners) {
+      std::printf(" %16s %16s", absl::StrCat(r.name, "_ms/step").c_str(),
+                  absl::StrCat(r.name, "_tok/s").c_str());
+    }
+    for (size_t i = 1; i < runners.size(); ++i) {
+      std::printf(" %14s", absl::StrCat(runners[i].name, "/none").c_str());
+    }
+    std::printf("\n");
     for (const Result& r : results) {
-      std::printf("%6d %12.2f %12.2f %12.1f %12.1f %8.2fx\n", r.batch,
-                  r.none_ms, r.fp8_ms, r.batch * 1e3 / r.none_ms,
-                  r.batch * 1e3 / r.fp8_ms, r.none_ms / r.fp8_ms);
+      std::printf("%6d", r.batch);
+      for (double ms : r.ms) {
+        std::printf(" %16.2f %16.1f", ms, r.batch * 1e3 / ms);
+      }
+      for (size_t i = 1; i < r.ms.size(); ++i) {
+        std::printf(" %13.2fx", r.ms[0] / r.ms[i]);
+      }
+      std::printf("\n");
     }
   }
   return 0;

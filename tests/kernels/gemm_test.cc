@@ -172,6 +172,47 @@ TEST_P(GemmTest, RowScalesGiveEachRowWhatItGetsAlone) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Per-column weight scales (weights quantized per row: the FP8 lm_head):
+// every column is bit for bit the GEMM of that weight row alone with its
+// own scale, on the streaming and converted paths and with K in chunks.
+TEST_P(GemmTest, ChannelScalesGiveEachColumnItsOwnScale) {
+  for (const Shape& s :
+       {Shape{1, 33, 100}, Shape{5, 40, 257}, Shape{20, 37, 2100}}) {
+    const auto qa = RandomCodes(s.m * s.k, 81 + s.m);
+    const auto qb = RandomCodes(s.n * s.k, 82 + s.m);
+    std::vector<float> row_scales(s.m), col_scales(s.n);
+    for (int64_t r = 0; r < s.m; ++r) row_scales[r] = 0.01f * (r + 1) + 0.003f;
+    for (int64_t c = 0; c < s.n; ++c) col_scales[c] = 0.02f * (c + 3) + 0.001f;
+    for (DType y_dtype : {DType::kF32, DType::kBf16}) {
+      const size_t size = DTypeSize(y_dtype);
+      std::vector<uint8_t> all(s.m * s.n * size), one(s.m * size);
+      ASSERT_TRUE(GemmE4m3ChannelScales(qa.data(), row_scales.data(), qb.data(),
+                                        col_scales.data(), s.m, s.n, s.k,
+                                        all.data(), y_dtype, Options(2))
+                      .ok());
+      for (int64_t c = 0; c < s.n; ++c) {
+        ASSERT_TRUE(GemmE4m3RowScales(qa.data(), row_scales.data(),
+                                      qb.data() + c * s.k, col_scales[c], s.m,
+                                      1, s.k, one.data(), y_dtype, Options())
+                        .ok());
+        for (int64_t r = 0; r < s.m; ++r) {
+          ASSERT_TRUE(std::equal(one.begin() + r * size,
+                                 one.begin() + (r + 1) * size,
+                                 all.begin() + (r * s.n + c) * size))
+              << "M=" << s.m << " K=" << s.k << " row " << r << " col " << c
+              << " " << DTypeName(y_dtype);
+        }
+      }
+    }
+  }
+  std::vector<float> y(16), scales(4, 1.0f);
+  const std::vector<uint8_t> q(64, 0x38);
+  EXPECT_EQ(GemmE4m3ChannelScales(q.data(), scales.data(), q.data(), nullptr, 4,
+                                  4, 4, y.data(), DType::kF32, Options())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Long K, where the AVX-512 kernels walk K in chunks once there are more
 // activation rows than one tile holds (rows_tiling.h), keeping each tile's
 // vector sums between chunks: every row of a batch is still bit for bit

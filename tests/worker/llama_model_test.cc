@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
+#include "model/synthetic.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
-#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -213,6 +213,74 @@ TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {
       "[ measured ] %s fp8 vs none: logit cosine similarity %.5f, greedy token "
       "agreement %d/%d positions\n",
       c.preset.c_str(), cosine, agree, positions);
+}
+
+// The FP8 lm_head (one scale per vocabulary row) against the unquantized
+// head, both on FP8 layers: how far the log-probabilities move and how
+// often the greedy token changes. The head's logits are dot products of a
+// per-sequence-quantized input with per-row-quantized weights, so they stay
+// close; what is measured is printed for the record.
+TEST_P(ReferenceTest, Fp8LmHeadStaysCloseToTheUnquantizedHead) {
+  const Case& c = GetParam();
+  const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 7);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  ModelOptions head = Fp8();
+  head.quantize_lm_head = true;
+  auto fp8 = LlamaModel::Load(**ckpt, *backend, Fp8());
+  auto fp8_head = LlamaModel::Load(**ckpt, *backend, head);
+  ASSERT_TRUE(fp8.ok() && fp8_head.ok()) << fp8_head.status();
+  // Tied embeddings keep their table and add the FP8 head; an untied head
+  // shrinks to a byte per weight.
+  if ((*ckpt)->config().tie_word_embeddings) {
+    EXPECT_GT((*fp8_head)->WeightBytes(), (*fp8)->WeightBytes());
+  } else {
+    EXPECT_LT((*fp8_head)->WeightBytes(), (*fp8)->WeightBytes());
+  }
+  const int64_t vocab = (*ckpt)->config().vocab_size;
+  std::vector<float> all_a, all_b;
+  int agree = 0, positions = 0;
+  double worst_logprob = 0;  // of the unquantized head's greedy token
+  for (int64_t len = 1; len <= c.prompt;
+       len += std::max<int64_t>(1, c.prompt / 12)) {
+    const std::vector<int32_t> prompt = Prompt(len, vocab, 9);
+    const std::vector<float> a = LastLogits(**fp8, prompt),
+                             b = LastLogits(**fp8_head, prompt);
+    all_a.insert(all_a.end(), a.begin(), a.end());
+    all_b.insert(all_b.end(), b.begin(), b.end());
+    const int64_t top = std::max_element(a.begin(), a.end()) - a.begin();
+    agree += top == std::max_element(b.begin(), b.end()) - b.begin();
+    ++positions;
+    // log softmax at `top` for both: logit - log-sum-exp.
+    auto logprob = [&](const std::vector<float>& l) {
+      const double mx = *std::max_element(l.begin(), l.end());
+      double sum = 0;
+      for (float v : l) sum += std::exp(double(v) - mx);
+      return double(l[top]) - mx - std::log(sum);
+    };
+    worst_logprob = std::max(worst_logprob, std::fabs(logprob(a) - logprob(b)));
+  }
+  const double cosine = Cosine(all_a.data(), all_b.data(), all_a.size());
+  EXPECT_GT(cosine, 0.995);
+  EXPECT_LT(worst_logprob, 0.5);
+  std::printf(
+      "[ measured ] %s FP8 lm_head vs unquantized head (FP8 layers): logit "
+      "cosine %.6f, greedy token agreement %d/%d positions, largest |change| "
+      "of the greedy token's log-probability %.4f\n",
+      c.preset.c_str(), cosine, agree, positions, worst_logprob);
+}
+
+TEST(LlamaModel, Fp8LmHeadNeedsTheFp8Method) {
+  const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 7);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto backend = NewCpuBackend();
+  ModelOptions o;
+  o.quantize_lm_head = true;  // method none
+  auto model = LlamaModel::Load(**ckpt, *backend, o);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument)
+      << model.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest,

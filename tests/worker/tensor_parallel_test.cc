@@ -81,7 +81,8 @@ class TensorParallelTest : public ::testing::Test {
   }
 
   // TP = 1 in this process, through the same code the ranks run.
-  TpResults Single(const char* preset, LinearMethod method) {
+  TpResults Single(const char* preset, LinearMethod method,
+                   bool quantize_lm_head = false) {
     auto ckpt = Checkpoint::Open(Dir(preset));
     EXPECT_TRUE(ckpt.ok());
 #ifdef OCTET_TP_ON_CUDA
@@ -94,6 +95,7 @@ class TensorParallelTest : public ::testing::Test {
 #endif
     ModelOptions o;
     o.method = method;
+    o.quantize_lm_head = quantize_lm_head;
     TpResults r;
     absl::Status s = RunTpRequests(**ckpt, *backend, o, &r);
     EXPECT_TRUE(s.ok()) << s;
@@ -389,6 +391,22 @@ TEST_F(TensorParallelTest, CollectivesCapturedInDecodeGraphsGiveOneRanksBits) {
         EXPECT_EQ(ranks[r].tokens, one.tokens)
             << name << " TP=" << size << " rank " << r;
       }
+    }
+  }
+}
+
+TEST_F(TensorParallelTest, Fp8LmHeadGivesOneRanksBits) {
+  // The FP8 lm_head's scales are per vocabulary row, so a rank's rows of it
+  // are TP = 1's whatever the slice, and its input is whole on every rank:
+  // with global scales for the layers, every logit and token is TP = 1's.
+  const TpResults one = Single("tiny", LinearMethod::kFp8, true);
+  for (int size : {2, 4}) {
+    const std::vector<TpResults> ranks = Group(
+        "tiny", size, "fp8", true, {"--quantize_lm_head"}, nullptr, "shm");
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(DifferingBits(ranks[r].logits, one.logits), 0u)
+          << "TP=" << size << " rank " << r;
+      EXPECT_EQ(ranks[r].tokens, one.tokens) << "TP=" << size << " rank " << r;
     }
   }
 }

@@ -42,6 +42,7 @@ ABSL_FLAG(std::string, group, "tp", "group name");
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(std::string, method, "none", "none or fp8");
 ABSL_FLAG(bool, global_scale, false, "FP8 weight scales of the whole weight");
+ABSL_FLAG(bool, quantize_lm_head, false, "with --method=fp8: an FP8 lm_head");
 ABSL_FLAG(std::string, out, "", "result file");
 ABSL_FLAG(int32_t, victim, -1,
           "this rank leaves after the prefill: exits, or with --stall "
@@ -144,6 +145,7 @@ int Main() {
   options.method = absl::GetFlag(FLAGS_method) == "fp8" ? LinearMethod::kFp8
                                                         : LinearMethod::kNone;
   options.global_weight_scale = absl::GetFlag(FLAGS_global_scale);
+  options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   options.comm = comm->get();
   TpResults results;
   const bool victim = absl::GetFlag(FLAGS_victim) == absl::GetFlag(FLAGS_rank);
