@@ -183,6 +183,43 @@ TEST_P(ReferenceTest, Fp8MatchesFakeQuantizedReference) {
       static_cast<long long>(flips), static_cast<long long>(propagated));
 }
 
+// How two models' last-position logits compare over prompts of lengths 1 ..
+// max_len (about 12 of them): cosine similarity of all the logits, how
+// often their greedy tokens agree, and the largest change in log-probability
+// of model a's greedy token.
+struct Agreement {
+  double cosine = 0;
+  int agree = 0, positions = 0;
+  double worst_logprob = 0;
+};
+Agreement Compare(LlamaModel& a, LlamaModel& b, int64_t max_len, int64_t vocab,
+                  uint32_t seed) {
+  std::vector<float> all_a, all_b;
+  Agreement r;
+  for (int64_t len = 1; len <= max_len;
+       len += std::max<int64_t>(1, max_len / 12)) {
+    const std::vector<int32_t> prompt = Prompt(len, vocab, seed);
+    const std::vector<float> la = LastLogits(a, prompt),
+                             lb = LastLogits(b, prompt);
+    all_a.insert(all_a.end(), la.begin(), la.end());
+    all_b.insert(all_b.end(), lb.begin(), lb.end());
+    const int64_t top = std::max_element(la.begin(), la.end()) - la.begin();
+    r.agree += top == std::max_element(lb.begin(), lb.end()) - lb.begin();
+    ++r.positions;
+    // log softmax at `top`: logit - log-sum-exp.
+    auto logprob = [&](const std::vector<float>& l) {
+      const double mx = *std::max_element(l.begin(), l.end());
+      double sum = 0;
+      for (float v : l) sum += std::exp(double(v) - mx);
+      return double(l[top]) - mx - std::log(sum);
+    };
+    r.worst_logprob =
+        std::max(r.worst_logprob, std::fabs(logprob(la) - logprob(lb)));
+  }
+  r.cosine = Cosine(all_a.data(), all_b.data(), all_a.size());
+  return r;
+}
+
 TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {
   const Case& c = GetParam();
   const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 7);
@@ -192,27 +229,13 @@ TEST_P(ReferenceTest, Fp8AgreesWithUnquantized) {
   auto none = LlamaModel::Load(**ckpt, *backend, {});
   auto fp8 = LlamaModel::Load(**ckpt, *backend, Fp8());
   ASSERT_TRUE(none.ok() && fp8.ok());
-  const int64_t vocab = (*ckpt)->config().vocab_size;
-  std::vector<float> all_none, all_fp8;
-  int agree = 0, positions = 0;
-  for (int64_t len = 1; len <= c.prompt;
-       len += std::max<int64_t>(1, c.prompt / 12)) {
-    const std::vector<int32_t> prompt = Prompt(len, vocab, 8);
-    const std::vector<float> a = LastLogits(**none, prompt),
-                             b = LastLogits(**fp8, prompt);
-    all_none.insert(all_none.end(), a.begin(), a.end());
-    all_fp8.insert(all_fp8.end(), b.begin(), b.end());
-    agree += std::max_element(a.begin(), a.end()) - a.begin() ==
-             std::max_element(b.begin(), b.end()) - b.begin();
-    ++positions;
-  }
-  const double cosine =
-      Cosine(all_none.data(), all_fp8.data(), all_none.size());
-  EXPECT_GT(cosine, 0.99);
+  const Agreement r =
+      Compare(**none, **fp8, c.prompt, (*ckpt)->config().vocab_size, 8);
+  EXPECT_GT(r.cosine, 0.99);
   std::printf(
       "[ measured ] %s fp8 vs none: logit cosine similarity %.5f, greedy token "
       "agreement %d/%d positions\n",
-      c.preset.c_str(), cosine, agree, positions);
+      c.preset.c_str(), r.cosine, r.agree, r.positions);
 }
 
 // The FP8 lm_head (one scale per vocabulary row) against the unquantized
@@ -238,37 +261,15 @@ TEST_P(ReferenceTest, Fp8LmHeadStaysCloseToTheUnquantizedHead) {
   } else {
     EXPECT_LT((*fp8_head)->WeightBytes(), (*fp8)->WeightBytes());
   }
-  const int64_t vocab = (*ckpt)->config().vocab_size;
-  std::vector<float> all_a, all_b;
-  int agree = 0, positions = 0;
-  double worst_logprob = 0;  // of the unquantized head's greedy token
-  for (int64_t len = 1; len <= c.prompt;
-       len += std::max<int64_t>(1, c.prompt / 12)) {
-    const std::vector<int32_t> prompt = Prompt(len, vocab, 9);
-    const std::vector<float> a = LastLogits(**fp8, prompt),
-                             b = LastLogits(**fp8_head, prompt);
-    all_a.insert(all_a.end(), a.begin(), a.end());
-    all_b.insert(all_b.end(), b.begin(), b.end());
-    const int64_t top = std::max_element(a.begin(), a.end()) - a.begin();
-    agree += top == std::max_element(b.begin(), b.end()) - b.begin();
-    ++positions;
-    // log softmax at `top` for both: logit - log-sum-exp.
-    auto logprob = [&](const std::vector<float>& l) {
-      const double mx = *std::max_element(l.begin(), l.end());
-      double sum = 0;
-      for (float v : l) sum += std::exp(double(v) - mx);
-      return double(l[top]) - mx - std::log(sum);
-    };
-    worst_logprob = std::max(worst_logprob, std::fabs(logprob(a) - logprob(b)));
-  }
-  const double cosine = Cosine(all_a.data(), all_b.data(), all_a.size());
-  EXPECT_GT(cosine, 0.995);
-  EXPECT_LT(worst_logprob, 0.5);
+  const Agreement r =
+      Compare(**fp8, **fp8_head, c.prompt, (*ckpt)->config().vocab_size, 9);
+  EXPECT_GT(r.cosine, 0.995);
+  EXPECT_LT(r.worst_logprob, 0.5);
   std::printf(
       "[ measured ] %s FP8 lm_head vs unquantized head (FP8 layers): logit "
       "cosine %.6f, greedy token agreement %d/%d positions, largest |change| "
       "of the greedy token's log-probability %.4f\n",
-      c.preset.c_str(), cosine, agree, positions, worst_logprob);
+      c.preset.c_str(), r.cosine, r.agree, r.positions, r.worst_logprob);
 }
 
 TEST(LlamaModel, Fp8LmHeadNeedsTheFp8Method) {
