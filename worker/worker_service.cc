@@ -14,12 +14,9 @@
 #include "kernels/status_macros.h"
 #include "parallel/bearer_token.h"
 #include "parallel/grpc_status.h"
-#include "parallel/staged_communicator.h"
-#ifdef OCTET_HAVE_NCCL
-#include "parallel/nccl_communicator.h"
-#endif
 #include "parallel/store.h"
 #include "worker/backends.h"
+#include "worker/tp_group.h"
 
 namespace octet {
 namespace {
@@ -43,34 +40,6 @@ DeviceChoice ToDeviceChoice(rpc::Device d) {
 
 CpuTransport ToCpuTransport(rpc::Transport t) {
   return t == rpc::TRANSPORT_GLOO ? CpuTransport::kGloo : CpuTransport::kShm;
-}
-
-// This rank's communicator in the group `r` names, through `store`: NCCL,
-// or shared memory / Gloo, staged through host memory for GPU ranks
-// (several ranks may then share one GPU, which NCCL refuses).
-absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(
-    const rpc::LoadRequest& r, KeyValueStore& store, Backend& backend,
-    absl::Duration timeout, const std::string& collective_host) {
-  if (r.transport() == rpc::TRANSPORT_NCCL) {
-#ifdef OCTET_HAVE_NCCL
-    return NewNcclCommunicator(
-        store, r.rank(), r.world_size(),
-        {.group = r.group(),
-         .device = r.cuda_device(),
-         .stream = static_cast<cudaStream_t>(backend.cuda_stream()),
-         .timeout = timeout});
-#else
-    return absl::UnimplementedError(
-        "load: this worker was built without NCCL (transport nccl)");
-#endif
-  }
-  OCTET_ASSIGN_OR_RETURN(
-      std::unique_ptr<Communicator> comm,
-      NewCpuCommunicator(store, r.rank(), r.world_size(),
-                         ToCpuTransport(r.transport()), r.group(), timeout,
-                         collective_host));
-  if (backend.kind() == DeviceKind::kCpu) return comm;
-  return NewStagedCommunicator(backend, std::move(comm));
 }
 
 grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
@@ -214,12 +183,8 @@ grpc::Status WorkerService::Load(
     OCTET_ASSIGN_OR_RETURN(
         result->backend,
         NewBackend(ToDeviceChoice(r.device()), cpu, r.cuda_device()));
-    if (r.transport() == rpc::TRANSPORT_NCCL &&
-        result->backend->kind() != DeviceKind::kCuda) {
-      return absl::InvalidArgumentError(
-          "load: transport nccl needs CUDA ranks, and this rank runs on " +
-          result->backend->Describe());
-    }
+    OCTET_RETURN_IF_ERROR(CheckTpTransport(
+        *result->backend, r.transport() == rpc::TRANSPORT_NCCL));
     if (r.world_size() == 1) {
       result->comm = NewSingleRankCommunicator();
     } else {
@@ -235,9 +200,17 @@ grpc::Status WorkerService::Load(
           r.collective_timeout_ms() > 0
               ? absl::Milliseconds(r.collective_timeout_ms())
               : absl::Seconds(60);
-      OCTET_ASSIGN_OR_RETURN(result->comm,
-                             JoinGroup(r, store, *result->backend, timeout,
-                                       options_.collective_host));
+      OCTET_ASSIGN_OR_RETURN(
+          result->comm,
+          JoinTpGroup(store, *result->backend,
+                      {.rank = r.rank(),
+                       .size = r.world_size(),
+                       .name = r.group(),
+                       .nccl = r.transport() == rpc::TRANSPORT_NCCL,
+                       .transport = ToCpuTransport(r.transport()),
+                       .cuda_device = r.cuda_device(),
+                       .timeout = timeout,
+                       .collective_host = options_.collective_host}));
     }
     ModelOptions o;
     o.method = r.quantization() == rpc::QUANTIZATION_FP8 ? LinearMethod::kFp8

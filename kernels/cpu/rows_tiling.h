@@ -26,6 +26,14 @@ namespace {  // NOLINT(build/namespaces): see above
 // Weight bytes per column block: half of a 2 MiB L2, or of a 1 MiB one.
 constexpr int64_t kColumnBlockBytes = int64_t{256} << 10;
 
+// Weight rows per column block: as many rows of `b_row_bytes` as fit in
+// kColumnBlockBytes, a multiple of the tile's kNb (at least one tile).
+template <int kNb>
+int64_t ColumnBlockRows(int64_t b_row_bytes) {
+  const int64_t rows = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
+  return rows < kNb ? kNb : rows / kNb * kNb;
+}
+
 template <int NB, int MB, template <int, int> class Tile, typename W>
 void RunRowTile(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
                 int64_t k, int64_t col, int64_t row0, float* c, int64_t ldc) {
@@ -56,8 +64,7 @@ template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
 void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
                 int64_t k, int64_t n_begin, int64_t n_end, float* c,
                 int64_t ldc, const KBlocks& blocks, int64_t b_row_bytes) {
-  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
-  block = block < kNb ? kNb : block / kNb * kNb;
+  const int64_t block = ColumnBlockRows<kNb>(b_row_bytes);
   for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
     const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
     for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
@@ -117,8 +124,7 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        int64_t ldb, int64_t k, int64_t n_begin, int64_t n_end,
                        float* c, int64_t ldc, const KBlocks& blocks,
                        int64_t b_row_bytes, float* partial) {
-  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
-  block = block < kNb ? kNb : block / kNb * kNb;
+  const int64_t block = ColumnBlockRows<kNb>(b_row_bytes);
   const int64_t chunk =
       m > kMaxMb && partial != nullptr ? kKChunk : (k > 0 ? k : 1);
   const int64_t ld = kMaxMb * 16;  // partial floats per column
@@ -155,9 +161,7 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
 // `b_row_bytes` bytes.
 template <int kNb, int kMaxMb>
 int64_t ChunkedPartialFloats(int64_t b_row_bytes) {
-  int64_t block = kColumnBlockBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
-  block = block < kNb ? kNb : block / kNb * kNb;
-  return block * kMaxMb * 16;
+  return ColumnBlockRows<kNb>(b_row_bytes) * kMaxMb * 16;
 }
 
 }  // namespace

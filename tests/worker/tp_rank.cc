@@ -21,12 +21,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 #include "model/checkpoint.h"
 #include "parallel/communicator.h"
-#ifdef OCTET_HAVE_NCCL
-#include "parallel/nccl_communicator.h"
-#endif
-#include "parallel/staged_communicator.h"
 #include "parallel/store.h"
 #include "tests/worker/capturing_backend.h"
 #include "tests/worker/stream_communicator.h"
@@ -34,6 +31,7 @@
 #include "worker/backends.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
+#include "worker/tp_group.h"
 
 ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
 ABSL_FLAG(int32_t, rank, 0, "this rank");
@@ -80,30 +78,20 @@ void WriteSection(std::ofstream& out, const std::vector<T>& v) {
   out.write(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
 }
 
-// This rank's communicator over --transport: NCCL on GPU `gpu`, or shared
-// memory / Gloo (staged through host memory for CUDA ranks).
-absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(
-    KeyValueStore& store, Backend& backend, int rank, int gpu, bool cuda,
-    absl::Duration timeout) {
-  if (absl::GetFlag(FLAGS_transport) == "nccl") {
-#ifdef OCTET_HAVE_NCCL
-    if (!cuda) return absl::InvalidArgumentError("nccl needs --device=cuda");
-    return NewNcclCommunicator(
-        store, rank, absl::GetFlag(FLAGS_size),
-        {.group = absl::GetFlag(FLAGS_group),
-         .device = gpu,
-         .stream = static_cast<cudaStream_t>(backend.cuda_stream()),
-         .timeout = timeout});
-#else
-    (void)gpu;
-    return absl::UnimplementedError("built without NCCL");
-#endif
+// This rank's group as the flags name it.
+absl::StatusOr<TpGroup> GroupFromFlags(int rank, int gpu,
+                                       absl::Duration timeout) {
+  TpGroup g{.rank = rank,
+            .size = absl::GetFlag(FLAGS_size),
+            .name = absl::GetFlag(FLAGS_group),
+            .nccl = absl::GetFlag(FLAGS_transport) == "nccl",
+            .cuda_device = gpu,
+            .timeout = timeout};
+  if (!g.nccl) {
+    OCTET_ASSIGN_OR_RETURN(g.transport,
+                           ParseCpuTransport(absl::GetFlag(FLAGS_transport)));
   }
-  auto comm = NewCpuCommunicator(store, rank, absl::GetFlag(FLAGS_size),
-                                 absl::GetFlag(FLAGS_transport),
-                                 absl::GetFlag(FLAGS_group), timeout);
-  if (!comm.ok() || !cuda) return comm;
-  return NewStagedCommunicator(backend, *std::move(comm));
+  return g;
 }
 
 int Main() {
@@ -130,7 +118,9 @@ int Main() {
     capturing = wrapped.get();
     *backend = std::move(wrapped);
   }
-  auto comm = JoinGroup(store, **backend, rank, gpu, cuda, timeout);
+  auto group = GroupFromFlags(rank, gpu, timeout);
+  if (!group.ok()) return Fail(group.status());
+  auto comm = JoinTpGroup(store, **backend, *group);
   if (!comm.ok()) return Fail(comm.status());
   testing::StreamCommunicator* stream = nullptr;
   if (streamed) {
