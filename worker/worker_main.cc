@@ -29,8 +29,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -75,6 +77,9 @@ namespace {
 std::atomic<int> stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 void OnSignal(int sig) { stop_signal = sig; }
+
+// How long calls in flight get to finish once the worker stops.
+constexpr std::chrono::seconds kShutdownGrace{2};
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "worker: %s\n", message.c_str());
@@ -207,7 +212,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker: signal %d, shutting down\n",
                  static_cast<int>(stop_signal));
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const int code = stop_signal == -1 ? 1 : 0;
+  // gRPC's Shutdown cancels the calls still running after its deadline but
+  // then waits for their handlers, and one may be blocked for a collective
+  // timeout (a Load waiting for a peer that will never join, a Step whose
+  // peer died). This process is ending and its supervisor is waiting to
+  // start a fresh one, so past a grace period it ends without them.
+  std::thread([code] {
+    std::this_thread::sleep_for(kShutdownGrace + std::chrono::seconds(2));
+    std::fprintf(stderr,
+                 "worker: a call was still running %lld s after shutdown "
+                 "began; exiting without it\n",
+                 static_cast<long long>(kShutdownGrace.count() + 2));
+    std::fflush(stderr);
+    std::_Exit(code);
+  }).detach();
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   health.reset();
-  return stop_signal == -1 ? 1 : 0;
+  return code;
 }

@@ -388,6 +388,31 @@ TEST_F(WorkerServiceTest, AWorkerWhoseGroupFailedExits) {
   EXPECT_EQ(w.procs[0]->Wait(absl::Seconds(10)), 1);
 }
 
+TEST_F(WorkerServiceTest, AnAbandonedLoadEndsTheWorkerPromptly) {
+  // The coordinator gives up on a group that will not form (another rank
+  // refused) and cancels this rank's Load while it waits for its peer. The
+  // worker must exit (code 1) within seconds, not after the collective
+  // timeout, so that its supervisor's fresh one is there for the
+  // coordinator's next attempt (remote_hosts_test.sh hung on this).
+  Workers w = Start(1);
+  InMemoryStore store;
+  auto server = RendezvousServer::Start("127.0.0.1:0", &store);
+  ASSERT_TRUE(server.ok());
+  rpc::LoadRequest req = Base();
+  req.set_world_size(2);  // rank 1 never comes
+  req.set_rendezvous_address((*server)->address());
+  req.set_group("abandoned");
+  req.set_collective_timeout_ms(60000);
+  grpc::ClientContext context;
+  auto reader = w.stubs[0]->Load(&context, req);
+  rpc::LoadProgress p;
+  ASSERT_TRUE(reader->Read(&p));
+  EXPECT_NE(p.stage().find("joining"), std::string::npos) << p.stage();
+  context.TryCancel();
+  reader->Finish();
+  EXPECT_EQ(w.procs[0]->Wait(absl::Seconds(15)), 1);
+}
+
 TEST(RendezvousTarget, AWildcardHostIsTheCallersHost) {
   struct Case {
     std::string address, peer, want;  // want "": an error
