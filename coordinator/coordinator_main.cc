@@ -59,12 +59,14 @@
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, *.safetensors)");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel degree: worker processes to start");
-ABSL_FLAG(std::string, quantization, "fp8", "fp8 or none");
+ABSL_FLAG(std::string, quantization, "auto",
+          "auto (what the checkpoint's config.json says, else none), fp8 "
+          "(an unquantized checkpoint is quantized at load) or none");
 ABSL_FLAG(std::string, weight_scale, "local",
           "FP8 weight scales per shard (local) or of the whole weight "
           "(global: results equal TP=1's)");
 ABSL_FLAG(bool, quantize_lm_head, false,
-          "with --quantization fp8: the lm_head in FP8 too, one scale per "
+          "when serving FP8: the lm_head in FP8 too, one scale per "
           "vocabulary row (CPU workers only)");
 ABSL_FLAG(int32_t, port, 50051, "port of the public gRPC API");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
@@ -185,7 +187,9 @@ namespace rpc = internal::v1;
 struct CoordinatorOptions {
   std::string model;  // as given
   int tp = 1;
-  std::string quantization;  // "fp8" or "none", as ModelInfo names it
+  // The flag, then (ResolveMethod) "fp8" or "none", as ModelInfo names it.
+  std::string quantization;
+  std::string quantization_scheme;  // ModelInfo's, e.g. "fp8-tensor"
   bool global_weight_scale = false;
   bool quantize_lm_head = false;
   rpc::Device device = rpc::DEVICE_AUTO;
@@ -219,8 +223,9 @@ absl::Status CheckPort(const char* flag, int port) {
 // The name-valued flags, into the worker protocol's enums.
 absl::Status ParseChoices(CoordinatorOptions& o) {
   o.quantization = absl::GetFlag(FLAGS_quantization);
-  if (o.quantization != "fp8" && o.quantization != "none") {
-    return Invalid("--quantization must be fp8 or none, not '" +
+  if (o.quantization != "auto" && o.quantization != "fp8" &&
+      o.quantization != "none") {
+    return Invalid("--quantization must be auto, fp8 or none, not '" +
                    o.quantization + "'");
   }
   const std::string weight_scale = absl::GetFlag(FLAGS_weight_scale);
@@ -230,9 +235,6 @@ absl::Status ParseChoices(CoordinatorOptions& o) {
   }
   o.global_weight_scale = weight_scale == "global";
   o.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
-  if (o.quantize_lm_head && o.quantization != "fp8") {
-    return Invalid("--quantize_lm_head needs --quantization fp8");
-  }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "auto") {
     o.device = rpc::DEVICE_AUTO;
@@ -445,6 +447,26 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   return m;
 }
 
+// --quantization against the checkpoint (ResolveQuantization): the method
+// the workers load, and its scheme.
+absl::Status ResolveMethod(CoordinatorOptions& o, const ModelConfig& config) {
+  const std::string flag = o.quantization;
+  OCTET_ASSIGN_OR_RETURN(o.quantization,
+                         ResolveQuantization(flag, config, o.model));
+  if (o.quantize_lm_head && o.quantization != "fp8") {
+    return Invalid(
+        "--quantize_lm_head needs FP8 serving (--quantization fp8, or auto "
+        "on an FP8 checkpoint)");
+  }
+  o.quantization_scheme = QuantizationScheme(config, o.quantization);
+  const bool at_load = o.quantization == "fp8" && !config.fp8;
+  std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s\n",
+               o.quantization.c_str(), o.quantization_scheme.c_str(),
+               flag == "auto" ? ", as the checkpoint's config.json says" : "",
+               at_load ? ", quantized at load" : "");
+  return absl::OkStatus();
+}
+
 // Bytes this machine can still give processes: MemAvailable, or less
 // under a cgroup v2 memory limit (a container's); nullopt if unknown.
 std::optional<int64_t> AvailableMemory() {
@@ -629,6 +651,7 @@ v1::ModelInfo InfoOf(const CoordinatorOptions& o, const ModelConfig& config,
   info.set_model_name(std::filesystem::absolute(o.model).filename().string());
   info.set_architecture(config.architecture);
   info.set_quantization(o.quantization);
+  info.set_quantization_scheme(o.quantization_scheme);
   info.set_tensor_parallel_size(o.tp);
   info.set_max_context_tokens(static_cast<uint32_t>(limits.max_context));
   info.set_vocab_size(static_cast<uint32_t>(config.vocab_size));
@@ -721,7 +744,7 @@ int Usage(const std::string& message) {
 int Main() {
   absl::StatusOr<CoordinatorOptions> options = ParseFlags();
   if (!options.ok()) return Usage(std::string(options.status().message()));
-  const CoordinatorOptions& o = *options;
+  CoordinatorOptions& o = *options;
   if (!o.remote.empty() && o.worker_tls.ca.empty()) {
     std::fprintf(stderr,
                  "coordinator: --workers without --worker_tls_ca: the "
@@ -729,6 +752,9 @@ int Main() {
   }
   absl::StatusOr<ModelFacts> model = ReadModel(o.model, o.tp);
   if (!model.ok()) return Usage(std::string(model.status().message()));
+  if (absl::Status s = ResolveMethod(o, model->config); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
   if (absl::Status s = CheckMemory(o, model->config); !s.ok()) {
     return Usage(std::string(s.message()));
   }

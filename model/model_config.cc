@@ -401,6 +401,32 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   return ParseModelConfig(text, path);
 }
 
+absl::StatusOr<std::string> ResolveQuantization(absl::string_view flag,
+                                                const ModelConfig& config,
+                                                absl::string_view model_dir) {
+  const bool fp8_checkpoint = config.fp8.has_value();
+  if (flag == "auto") return fp8_checkpoint ? "fp8" : "none";
+  if (flag == "fp8") return "fp8";
+  if (flag != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization must be auto, fp8 or none, not '", flag, "'"));
+  }
+  if (fp8_checkpoint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization none, but ", model_dir,
+        " is an FP8 checkpoint (config.json's quantization_config): its "
+        "weights are e4m3 codes; serve it with --quantization fp8 or auto"));
+  }
+  return "none";
+}
+
+std::string QuantizationScheme(const ModelConfig& config,
+                               absl::string_view method) {
+  if (method != "fp8") return "none";
+  return config.fp8 && config.fp8->static_activations ? "fp8-tensor-static"
+                                                      : "fp8-tensor";
+}
+
 std::string ModelConfigToJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = {c.architecture};

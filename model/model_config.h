@@ -81,6 +81,23 @@ struct MemoryNeed {
 MemoryNeed LeastMemoryNeed(const ModelConfig& config, int tp,
                            int weight_bytes, int64_t kv_tokens);
 
+// The quantization method a model is served with, from the --quantization
+// flag and its config.json: "auto" is the checkpoint's own ("fp8" when it
+// has an FP8 quantization_config, else "none"); "fp8" also serves an
+// unquantized checkpoint, quantized at load; "none" cannot serve an FP8
+// checkpoint (its weights are e4m3 codes), an InvalidArgument naming both.
+// Returns "none" or "fp8"; an unknown flag value is an InvalidArgument.
+absl::StatusOr<std::string> ResolveQuantization(absl::string_view flag,
+                                                const ModelConfig& config,
+                                                absl::string_view model_dir);
+
+// What a model served with `method` ("none" or "fp8") runs, as
+// GetModelInfo reports it: "none"; "fp8-tensor" (one scale per weight, a
+// dynamic scale per activation tensor); "fp8-tensor-static" (an FP8
+// checkpoint's static input scales).
+std::string QuantizationScheme(const ModelConfig& config,
+                               absl::string_view method);
+
 // config.json text for `config` (what make-model and quantize write).
 std::string ModelConfigToJson(const ModelConfig& config);
 

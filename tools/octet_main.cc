@@ -3,7 +3,7 @@
 //   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
 //   octet quantize --in DIR --out DIR
-//   octet generate --model DIR [--quantization none|fp8]
+//   octet generate --model DIR [--quantization auto|none|fp8]
 //                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
 //                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
 //                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
@@ -52,11 +52,12 @@ ABSL_FLAG(
     "make-model: random seed (same seed, same bytes); generate: sampling seed");
 ABSL_FLAG(std::string, in, "", "quantize: the checkpoint to quantize");
 ABSL_FLAG(std::string, model, "", "generate: the checkpoint directory");
-ABSL_FLAG(std::string, quantization, "none",
-          "generate: linear layers: none (checkpoint dtype) or fp8 (e4m3, "
-          "per-tensor scales); an FP8 checkpoint needs fp8");
+ABSL_FLAG(std::string, quantization, "auto",
+          "generate: linear layers: auto (what the checkpoint's config.json "
+          "says), none (the checkpoint's dtype) or fp8 (e4m3, per-tensor "
+          "scales; an unquantized checkpoint is quantized at load)");
 ABSL_FLAG(bool, quantize_lm_head, false,
-          "generate: with --quantization fp8, the lm_head in FP8 too (one "
+          "generate: when serving FP8, the lm_head in FP8 too (one "
           "scale per vocabulary row; CPU only)");
 ABSL_FLAG(std::string, prompt, "",
           "generate: the prompt text (needs a tokenizer)");
@@ -319,7 +320,7 @@ int GenerateRemote(const std::string& server) {
 // The flags of a local `octet generate`, checked.
 struct GenerateFlags {
   std::string dir;           // --model
-  std::string quantization;  // "none" or "fp8"
+  std::string quantization;  // the flag; "none" or "fp8" once loaded
   std::string device;        // "auto", "cpu" or "cuda"
   std::string prompt;        // --prompt text; empty with --prompt_ids
   ModelOptions options;
@@ -358,17 +359,12 @@ absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
     return absl::InvalidArgumentError("generate needs --model DIR");
   }
   f.quantization = absl::GetFlag(FLAGS_quantization);
-  if (f.quantization == "fp8") {
-    f.options.method = LinearMethod::kFp8;
-  } else if (f.quantization != "none") {
+  if (f.quantization != "auto" && f.quantization != "fp8" &&
+      f.quantization != "none") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--quantization: '", f.quantization, "' is not none or fp8"));
+        "--quantization: '", f.quantization, "' is not auto, none or fp8"));
   }
   f.options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
-  if (f.options.quantize_lm_head && f.options.method != LinearMethod::kFp8) {
-    return absl::InvalidArgumentError(
-        "--quantize_lm_head needs --quantization fp8");
-  }
   f.device = absl::GetFlag(FLAGS_device);
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -433,6 +429,17 @@ absl::StatusOr<LoadedModel> LoadForGenerate(GenerateFlags* flags) {
   const auto load_start = Clock::now();
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                          Checkpoint::Open(flags->dir));
+  OCTET_ASSIGN_OR_RETURN(
+      flags->quantization,
+      ResolveQuantization(flags->quantization, ckpt->config(), flags->dir));
+  flags->options.method =
+      flags->quantization == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
+  if (flags->options.quantize_lm_head &&
+      flags->options.method != LinearMethod::kFp8) {
+    return absl::InvalidArgumentError(
+        "--quantize_lm_head needs FP8 serving (--quantization fp8, or auto "
+        "on an FP8 checkpoint)");
+  }
   LoadedModel m;
   OCTET_ASSIGN_OR_RETURN(m.tokenizer,
                          LoadTokenizerFor(flags->dir, ckpt->config()));
@@ -463,7 +470,8 @@ void PrintLoaded(const GenerateFlags& flags, const LoadedModel& m) {
                flags.dir.c_str(), c.architecture.c_str(),
                static_cast<long long>(c.num_layers),
                static_cast<long long>(c.hidden_size),
-               m.backend->Describe().c_str(), flags.quantization.c_str(),
+               m.backend->Describe().c_str(),
+               QuantizationScheme(c, flags.quantization).c_str(),
                m.model->WeightBytes() / double(1 << 30), m.load_seconds);
 }
 
@@ -540,7 +548,8 @@ int Main(int argc, char** argv) {
       "tokenizer\n"
       "  octet quantize --in DIR --out DIR\n"
       "      writes an FP8 (e4m3, per-tensor scales) copy in the vLLM layout\n"
-      "  octet generate --model DIR [--quantization none|fp8] --prompt TEXT "
+      "  octet generate --model DIR [--quantization auto|none|fp8] --prompt "
+      "TEXT "
       "[--max_tokens N]\n"
       "      generates on one rank, in this process, and prints the text\n"
       "  octet generate --server HOST:PORT --prompt TEXT [--stream] "

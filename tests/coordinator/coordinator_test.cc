@@ -165,6 +165,7 @@ TEST_F(CoordinatorTest, ModelInfoDescribesTheServedModel) {
   EXPECT_EQ(info.model_name(), "tiny");
   EXPECT_EQ(info.architecture(), "LlamaForCausalLM");
   EXPECT_EQ(info.quantization(), "fp8");
+  EXPECT_EQ(info.quantization_scheme(), "fp8-tensor");
   EXPECT_EQ(info.tensor_parallel_size(), 2u);
   EXPECT_EQ(info.vocab_size(), 512u);
   EXPECT_EQ(info.max_context_tokens(), 1024u);
@@ -749,6 +750,46 @@ TEST_F(CoordinatorTest, ALoadThatFailsAlikeEachTimeIsGivenUpOn) {
                       "failed to start 2 times in a row with: worker rank"),
             std::string::npos)
       << text;
+}
+
+// An FP8 checkpoint (written by `octet quantize`) needs no flag: the
+// default --quantization auto serves it as its config.json says, and
+// --quantization none, which cannot serve e4m3 weights, is refused naming
+// both before any worker starts.
+TEST_F(CoordinatorTest, AnFp8CheckpointIsServedAsItsConfigSays) {
+  const std::string fp8 = (*dir_ / "tiny_fp8").string();
+  ASSERT_EQ(testing::RunTogether({{testing::SiblingProgram("octet"), "quantize",
+                                   "--in=" + Model(), "--out=" + fp8}},
+                                 absl::Seconds(60)),
+            std::vector<int>{0});
+  const auto [code, text] = RunCoordinator(
+      absl::StrCat("--model=", fp8, " --quantization=none --device=cpu"),
+      (*dir_ / "fp8_none.log").string());
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(
+      text.find("--quantization none, but " + fp8 + " is an FP8 checkpoint"),
+      std::string::npos)
+      << text;
+
+  const int port = testing::FreeTcpPort();
+  testing::Child server({testing::SiblingProgram("coordinator"),
+                         "--model=" + fp8, "--device=cpu", "--threads=1",
+                         absl::StrCat("--port=", port)});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(testing::WaitUntilServing(*stub, absl::Seconds(60)));
+  grpc::ClientContext context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.quantization(), "fp8");
+  EXPECT_EQ(info.quantization_scheme(), "fp8-tensor");
+  grpc::ClientContext generate;
+  v1::GenerateResponse response;
+  const grpc::Status s =
+      stub->Generate(&generate, Request(kPrompt, 4), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.token_ids_size(), 4);
 }
 
 TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {

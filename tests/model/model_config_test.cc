@@ -136,6 +136,35 @@ TEST(ModelConfig, ParsesFp8QuantizationConfig) {
   EXPECT_EQ(c->fp8->ignored_layers, std::vector<std::string>{"lm_head"});
 }
 
+TEST(ModelConfig, TheQuantizationMethodComesFromTheCheckpoint) {
+  const ModelConfig bf16 = *Parse(Llama32());
+  Json j = Llama32();
+  j["quantization_config"] = {{"quant_method", "fp8"},
+                              {"activation_scheme", "dynamic"}};
+  const ModelConfig fp8 = *Parse(j);
+  EXPECT_EQ(ResolveQuantization("auto", bf16, "m").value_or("?"), "none");
+  EXPECT_EQ(ResolveQuantization("auto", fp8, "m").value_or("?"), "fp8");
+  EXPECT_EQ(ResolveQuantization("fp8", bf16, "m").value_or("?"), "fp8");
+  EXPECT_EQ(ResolveQuantization("fp8", fp8, "m").value_or("?"), "fp8");
+  EXPECT_EQ(ResolveQuantization("none", bf16, "m").value_or("?"), "none");
+  // Unquantized serving of e4m3 weights cannot work: both named.
+  absl::StatusOr<std::string> none = ResolveQuantization("none", fp8, "m/dir");
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("--quantization none"),
+            std::string::npos);
+  EXPECT_NE(none.status().message().find("m/dir is an FP8 checkpoint"),
+            std::string::npos)
+      << none.status();
+  EXPECT_EQ(ResolveQuantization("int4", bf16, "m").status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(QuantizationScheme(bf16, "none"), "none");
+  EXPECT_EQ(QuantizationScheme(bf16, "fp8"), "fp8-tensor");
+  EXPECT_EQ(QuantizationScheme(fp8, "fp8"), "fp8-tensor");
+  j["quantization_config"]["activation_scheme"] = "static";
+  EXPECT_EQ(QuantizationScheme(*Parse(j), "fp8"), "fp8-tensor-static");
+}
+
 TEST(ModelConfig, RoundTripsThroughJson) {
   ModelConfig c = *Parse(Llama32());
   c.fp8 = Fp8CheckpointConfig{false, {"lm_head"}};

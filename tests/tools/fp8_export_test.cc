@@ -10,16 +10,19 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
-#include "tests/worker/model_test_util.h"
 #include "model/checkpoint_writer.h"
+#include "model/synthetic.h"
+#include "tests/process_util.h"
+#include "tests/worker/model_test_util.h"
 #include "worker/linear_loader.h"
 #include "worker/llama_model.h"
-#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -51,6 +54,32 @@ class Fp8ExportTest : public ::testing::Test {
 
   fs::path base_;
 };
+
+// `octet generate` on the written checkpoint: no flag needed (auto reads
+// config.json), and --quantization none is refused naming both.
+TEST_F(Fp8ExportTest, GenerateReadsTheMethodFromTheCheckpoint) {
+  auto generate = [&](const std::string& extra) {
+    const std::string log = (base_ / "generate.log").string();
+    const std::vector<int> codes = testing::RunTogether(
+        {{"/bin/sh", "-c",
+          absl::StrCat(testing::SiblingProgram("octet"),
+                       " generate --device=cpu --threads=1 --model=",
+                       (base_ / "fp8").string(),
+                       " --prompt_ids=1,17,33 --max_tokens=2 ", extra,
+                       " >/dev/null 2>", log)}},
+        absl::Seconds(60));
+    std::ifstream in(log);
+    return std::make_pair(codes.at(0),
+                          std::string(std::istreambuf_iterator<char>(in), {}));
+  };
+  const auto [code, text] = generate("");
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("linear layers fp8-tensor"), std::string::npos) << text;
+  const auto [none_code, none_text] = generate("--quantization=none");
+  EXPECT_NE(none_code, 0);
+  EXPECT_NE(none_text.find("--quantization none, but "), std::string::npos)
+      << none_text;
+}
 
 TEST_F(Fp8ExportTest, WritesTheVllmLayoutAtAboutHalfTheSize) {
   auto src = Checkpoint::Open((base_ / "bf16").string());
