@@ -439,10 +439,11 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   }
   OCTET_ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(dir, m.config));
   if (m.tokenizer == nullptr) {
-    std::fprintf(stderr,
-                 "coordinator: %s has no tokenizer.model: requests "
-                 "must send token ids\n",
-                 dir.c_str());
+    std::fprintf(
+        stderr,
+        "coordinator: %s has no tokenizer.model or tokenizer.json: requests "
+        "must send token ids\n",
+        dir.c_str());
   }
   return m;
 }

@@ -7,30 +7,84 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
+#include "model/bpe_tokenizer.h"
 #include "model/file_util.h"
 #include "model/sentencepiece_bridge.h"
 
 namespace octet {
+namespace {
 
-Tokenizer::Tokenizer(std::unique_ptr<sp_bridge::Processor> p)
-    : processor_(std::move(p)) {
-  // Each piece decoded alone (once, ~1 us a piece). A byte-fallback piece
-  // reads as U+FFFD, 3 bytes for its 1: an overestimate, the safe side.
-  for (int64_t id = 0; id < vocab_size(); ++id) {
-    const int64_t bytes = static_cast<int64_t>(Decode({&id, 1}).size()) + 1;
-    max_token_bytes_ = std::max(max_token_bytes_, bytes);
+constexpr size_t kMaxTokenizerBytes = size_t{64} << 20;  // real ones: < 20 MB
+
+// A SentencePiece model (tokenizer.model), through the bridge module.
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(std::unique_ptr<sp_bridge::Processor> p)
+      : processor_(std::move(p)) {
+    // Each piece decoded alone (once, ~1 us a piece), plus the space
+    // SentencePiece strips in front of a word. A byte-fallback piece reads as
+    // U+FFFD, 3 bytes for its 1: an overestimate, the safe side.
+    for (int64_t id = 0; id < vocab_size(); ++id) {
+      const int64_t bytes = static_cast<int64_t>(Decode({&id, 1}).size()) + 1;
+      max_token_bytes_ = std::max(max_token_bytes_, bytes);
+    }
   }
-}
-Tokenizer::~Tokenizer() = default;
+
+  std::vector<int64_t> Encode(const std::string& text,
+                              bool add_bos) const override {
+    std::vector<int64_t> out;
+    if (add_bos && bos_id() >= 0) out.push_back(bos_id());
+    for (int id : processor_->Encode(text)) out.push_back(id);
+    return out;
+  }
+
+  std::string Decode(absl::Span<const int64_t> ids) const override {
+    // Decode runs of known ids together (SentencePiece joins byte pieces and
+    // word boundaries across them); unknown ids split the runs.
+    std::string text;
+    std::vector<int> run;
+    auto flush = [&] {
+      if (run.empty()) return;
+      std::string piece, error;
+      if (processor_->Decode(run, &piece, &error)) text += piece;
+      run.clear();
+    };
+    for (int64_t id : ids) {
+      if (id >= 0 && id < processor_->PieceSize()) {
+        run.push_back(static_cast<int>(id));
+      } else {
+        flush();
+        text += "\xEF\xBF\xBD";  // U+FFFD
+      }
+    }
+    flush();
+    return text;
+  }
+
+  int64_t vocab_size() const override { return processor_->PieceSize(); }
+  int64_t bos_id() const override { return processor_->BosId(); }
+  int64_t eos_id() const override { return processor_->EosId(); }
+
+ private:
+  std::unique_ptr<sp_bridge::Processor> processor_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
     const std::string& dir) {
-  const std::string path =
-      (std::filesystem::path(dir) / "tokenizer.model").string();
-  // SentencePiece models are a few MB at most.
+  const std::filesystem::path model =
+      std::filesystem::path(dir) / "tokenizer.model";
+  const std::filesystem::path json =
+      std::filesystem::path(dir) / "tokenizer.json";
+  if (!std::filesystem::exists(model) && std::filesystem::exists(json)) {
+    OCTET_ASSIGN_OR_RETURN(const std::string text,
+                           ReadSmallFile(json.string(), kMaxTokenizerBytes));
+    return LoadTokenizerJson(text, json.string());
+  }
   OCTET_ASSIGN_OR_RETURN(const std::string bytes,
-                         ReadSmallFile(path, size_t{64} << 20));
-  return FromSerialized(bytes, path);
+                         ReadSmallFile(model.string(), kMaxTokenizerBytes));
+  return FromSerialized(bytes, model.string());
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
@@ -46,38 +100,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": not a SentencePiece model: ", error));
   }
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(p)));
-}
-
-std::vector<int64_t> Tokenizer::Encode(const std::string& text,
-                                       bool add_bos) const {
-  std::vector<int64_t> out;
-  if (add_bos && processor_->BosId() >= 0) out.push_back(processor_->BosId());
-  for (int id : processor_->Encode(text)) out.push_back(id);
-  return out;
-}
-
-std::string Tokenizer::Decode(absl::Span<const int64_t> ids) const {
-  // Decode runs of known ids together (SentencePiece joins byte pieces and
-  // word boundaries across them); unknown ids split the runs.
-  std::string text;
-  std::vector<int> run;
-  auto flush = [&] {
-    if (run.empty()) return;
-    std::string piece, error;
-    if (processor_->Decode(run, &piece, &error)) text += piece;
-    run.clear();
-  };
-  for (int64_t id : ids) {
-    if (id >= 0 && id < processor_->PieceSize()) {
-      run.push_back(static_cast<int>(id));
-    } else {
-      flush();
-      text += "\xEF\xBF\xBD";  // U+FFFD
-    }
-  }
-  flush();
-  return text;
+  return std::unique_ptr<Tokenizer>(new SentencePieceTokenizer(std::move(p)));
 }
 
 std::string TextStream::Add(int64_t id) {
@@ -101,8 +124,6 @@ std::string TextStream::Pending(bool final) {
   return all.substr(emitted.size());
 }
 
-int64_t Tokenizer::vocab_size() const { return processor_->PieceSize(); }
-
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFor(
     const std::string& dir, const ModelConfig& config) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
@@ -110,13 +131,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFor(
   if (!t.ok()) return t.status();
   if ((*t)->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        dir, "/tokenizer.model has ", (*t)->vocab_size(),
-        " pieces, more than config.json's vocab_size ", config.vocab_size,
+        dir, ": the tokenizer has ", (*t)->vocab_size(),
+        " ids, more than config.json's vocab_size ", config.vocab_size,
         ": it would make ids the model cannot embed"));
   }
   return t;
 }
-int64_t Tokenizer::bos_id() const { return processor_->BosId(); }
-int64_t Tokenizer::eos_id() const { return processor_->EosId(); }
 
 }  // namespace octet

@@ -1,5 +1,7 @@
-// Text <-> token ids through a SentencePiece tokenizer.model (Llama 2,
-// Mistral). Optional: every API that takes text also takes token ids, so a
+// Text <-> token ids: a SentencePiece tokenizer.model (Llama 2, Mistral) or
+// a Hugging Face tokenizer.json with byte-level BPE (Llama 3, Qwen2:
+// model/bpe_tokenizer.h), whichever the checkpoint has (tokenizer.model
+// first). Optional: every API that takes text also takes token ids, so a
 // checkpoint without a tokenizer still serves id-in, id-out requests.
 // Immutable after Load; thread-safe.
 #pragma once
@@ -14,40 +16,38 @@
 
 namespace octet {
 
-namespace sp_bridge {
-class Processor;
-}
-
 class Tokenizer {
  public:
-  // Loads DIR/tokenizer.model; NotFound if there is none.
+  // Loads DIR/tokenizer.model, else DIR/tokenizer.json; NotFound if there is
+  // neither.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& dir);
-  // From the bytes of a tokenizer.model; `what` names it in errors.
+  // From the bytes of a SentencePiece tokenizer.model; `what` names it in
+  // errors.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromSerialized(
       const std::string& serialized, const std::string& what);
-  ~Tokenizer();
+  virtual ~Tokenizer() = default;
 
-  // Token ids of `text`, with the BOS id first when `add_bos` (and the model
-  // has one).
-  std::vector<int64_t> Encode(const std::string& text, bool add_bos) const;
+  // Token ids of `text`. With `add_bos`, the model's special tokens too:
+  // SentencePiece's BOS id first (when it has one); tokenizer.json's
+  // post-processor template (Llama 3's <|begin_of_text|>; none for Qwen2).
+  virtual std::vector<int64_t> Encode(const std::string& text,
+                                      bool add_bos) const = 0;
 
   // Text of `ids`. Ids the tokenizer does not know (a model vocabulary can be
-  // padded beyond the tokenizer's) become U+FFFD; control ids (BOS, EOS)
-  // become nothing.
-  std::string Decode(absl::Span<const int64_t> ids) const;
+  // padded beyond the tokenizer's) become U+FFFD; control and special ids
+  // (BOS, EOS, <|eot_id|>) become nothing.
+  virtual std::string Decode(absl::Span<const int64_t> ids) const = 0;
 
-  int64_t vocab_size() const;
-  int64_t bos_id() const;  // -1 when none
-  int64_t eos_id() const;
-  // The most bytes of text one token stands for (a word piece's, plus the
-  // space SentencePiece strips in front of it): a text of N bytes has at
+  // One more than the largest id it can produce.
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t bos_id() const = 0;  // -1 when none
+  virtual int64_t eos_id() const = 0;  // -1 when none
+  // The most bytes of text one token stands for: a text of N bytes has at
   // least N / max_token_bytes() tokens, known without encoding it.
   int64_t max_token_bytes() const { return max_token_bytes_; }
 
- private:
-  explicit Tokenizer(std::unique_ptr<sp_bridge::Processor> p);
-  std::unique_ptr<sp_bridge::Processor> processor_;
+ protected:
   int64_t max_token_bytes_ = 1;
 };
 

@@ -35,6 +35,8 @@ packages=(
   libgmock-dev
   nlohmann-json3-dev      # config.json, safetensors headers
   libsentencepiece-dev    # tokenizer (and training the synthetic one)
+  libpcre2-dev            # tokenizer.json's pre-tokenizer regexes
+  libutf8proc-dev         # tokenizer.json's Unicode normalizers (NFC ...)
   libgloo-dev             # CPU collectives (parallel/)
   libprotobuf-dev         # gRPC protos (proto/)
   protobuf-compiler

@@ -3,6 +3,8 @@
 //   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
 //   octet quantize --in DIR --out DIR
+//   octet tokenize --model DIR (--text T | --ids 1,2,3 | --jsonl FILE |
+//                  --decode_jsonl FILE) [--add_special=false]
 //   octet generate --model DIR [--quantization auto|none|fp8]
 //                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
 //                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
@@ -38,6 +40,7 @@
 #include "octet/v1/generation.grpc.pb.h"
 #include "parallel/tls.h"
 #include "tools/fp8_export.h"
+#include "tools/tokenize_command.h"
 #include "worker/backends.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
@@ -59,6 +62,14 @@ ABSL_FLAG(std::string, quantization, "auto",
 ABSL_FLAG(bool, quantize_lm_head, false,
           "generate: when serving FP8, the lm_head in FP8 too (one "
           "scale per vocabulary row; CPU only)");
+ABSL_FLAG(std::string, text, "", "tokenize: the text to encode");
+ABSL_FLAG(std::string, ids, "", "tokenize: the ids to decode (1,2,3)");
+ABSL_FLAG(std::string, jsonl, "",
+          "tokenize: encode each line of this file (a JSON string)");
+ABSL_FLAG(std::string, decode_jsonl, "",
+          "tokenize: decode each line of this file (a JSON array of ids)");
+ABSL_FLAG(bool, add_special, true,
+          "tokenize: add the tokenizer's special tokens (BOS)");
 ABSL_FLAG(std::string, prompt, "",
           "generate: the prompt text (needs a tokenizer)");
 ABSL_FLAG(
@@ -150,6 +161,21 @@ int MakeModel() {
               preset.c_str(), dtype.c_str(),
               static_cast<unsigned long long>(options.seed), Since(start));
   return 0;
+}
+
+int Tokenize() {
+  const TokenizeCommand command{
+      .model_dir = absl::GetFlag(FLAGS_model),
+      .text = absl::GetFlag(FLAGS_text),
+      .ids = absl::GetFlag(FLAGS_ids),
+      .jsonl = absl::GetFlag(FLAGS_jsonl),
+      .decode_jsonl = absl::GetFlag(FLAGS_decode_jsonl),
+      .add_special = absl::GetFlag(FLAGS_add_special)};
+  if (absl::Status s = CheckTokenizeCommand(command); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  absl::Status s = RunTokenize(command);
+  return s.ok() ? 0 : Failed(s);
 }
 
 int Quantize() {
@@ -394,8 +420,10 @@ absl::Status CompleteRequest(const std::string& dir, const std::string& prompt,
                              GenerationRequest* request) {
   if (!prompt.empty()) {
     if (tokenizer == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, " has no tokenizer.model: give the prompt as --prompt_ids"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir,
+                       " has no tokenizer.model or tokenizer.json: give the "
+                       "prompt as --prompt_ids"));
     }
     for (int64_t id : tokenizer->Encode(prompt, /*add_bos=*/true)) {
       request->prompt.push_back(static_cast<int32_t>(id));
@@ -548,6 +576,9 @@ int Main(int argc, char** argv) {
       "tokenizer\n"
       "  octet quantize --in DIR --out DIR\n"
       "      writes an FP8 (e4m3, per-tensor scales) copy in the vLLM layout\n"
+      "  octet tokenize --model DIR (--text T | --ids 1,2,3 | --jsonl FILE | "
+      "--decode_jsonl FILE)\n"
+      "      the checkpoint's tokenizer: text to ids, ids to text\n"
       "  octet generate --model DIR [--quantization auto|none|fp8] --prompt "
       "TEXT "
       "[--max_tokens N]\n"
@@ -558,12 +589,13 @@ int Main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
-        "expected one command: make-model, quantize or generate "
+        "expected one command: make-model, quantize, tokenize or generate "
         "(octet --help for usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
   if (command == "quantize") return Quantize();
+  if (command == "tokenize") return Tokenize();
   if (command == "generate") return Generate();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));

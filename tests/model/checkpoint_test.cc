@@ -283,7 +283,7 @@ TEST(Tokenizer, LoadTokenizerForChecksItAgainstTheConfig) {
   t = LoadTokenizerFor(dir, c);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(t.status().message())
-                .find("has 512 pieces, more than config.json's vocab_size 256"),
+                .find("has 512 ids, more than config.json's vocab_size 256"),
             std::string::npos)
       << t.status();
   fs::remove(fs::path(dir) / "tokenizer.model");
