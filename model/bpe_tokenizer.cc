@@ -596,11 +596,7 @@ std::vector<std::string> BpeTokenizer::PreTokenize(std::string text) const {
         }
       }
       if (step.use_regex) SplitIsolated(step, pieces);
-      for (std::string& p : pieces) {
-        std::string mapped;
-        for (unsigned char c : p) mapped += Alphabet().char_of[c];
-        p = std::move(mapped);
-      }
+      for (std::string& p : pieces) p = ToByteLevelChars(p);
     } else {
       SplitIsolated(step, pieces);
     }
@@ -750,6 +746,16 @@ std::string BpeTokenizer::Decode(absl::Span<const int64_t> ids) const {
 }
 
 }  // namespace
+
+const char kLlama3SplitPattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+std::string ToByteLevelChars(absl::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += Alphabet().char_of[c];
+  return out;
+}
 
 std::string Utf8Lossy(const std::string& bytes) {
   std::string out;

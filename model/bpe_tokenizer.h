@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/tokenizer.h"
 
 namespace octet {
@@ -28,6 +29,13 @@ namespace octet {
 // A tokenizer from the text of a tokenizer.json; `what` names it in errors.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(
     const std::string& json, const std::string& what);
+
+// `bytes` in GPT-2's byte alphabet: each byte as the printable character
+// byte-level BPE vocabularies write it as (0x20 as 'Ġ', ...).
+std::string ToByteLevelChars(absl::string_view bytes);
+
+// Llama 3's pre-tokenizer split pattern.
+extern const char kLlama3SplitPattern[];
 
 // `bytes` as UTF-8 with each invalid sequence (its maximal valid prefix, at
 // least one byte) replaced by U+FFFD, as Rust's String::from_utf8_lossy.

@@ -1,19 +1,25 @@
 #include "model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
 #include "kernels/status_macros.h"
+#include "model/bpe_tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "model/safetensors.h"
 #include "model/sentencepiece_bridge.h"
 #include "model/tokenizer_corpus.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -191,6 +197,179 @@ absl::StatusOr<std::string> TrainSyntheticTokenizer(int64_t vocab_size) {
   return model;
 }
 
+namespace {
+
+// The built-in text in pieces, as Llama 3's split regex roughly cuts it
+// (a space joins the word after it; digits in threes; punctuation runs),
+// each in the byte alphabet, with its count.
+std::map<std::string, int64_t> TrainingWords() {
+  std::map<std::string, int64_t> words;
+  for (const std::string& line : TokenizerCorpus()) {
+    size_t i = 0;
+    while (i < line.size()) {
+      const size_t start = i;
+      const auto alpha = [&](size_t k) {
+        return k < line.size() && absl::ascii_isalpha(line[k]);
+      };
+      if (alpha(i) || (line[i] == ' ' && alpha(i + 1))) {
+        ++i;
+        while (alpha(i)) ++i;
+      } else if (absl::ascii_isdigit(line[i])) {
+        while (i < line.size() && i - start < 3 && absl::ascii_isdigit(line[i]))
+          ++i;
+      } else {
+        ++i;
+        while (i < line.size() && !absl::ascii_isalnum(line[i]) &&
+               line[i] != ' ') {
+          ++i;
+        }
+      }
+      ++words[ToByteLevelChars(
+          absl::string_view(line).substr(start, i - start))];
+    }
+  }
+  return words;
+}
+
+// Up to `count` merges learned from `words`: each time the most frequent
+// adjacent pair (seen at least twice; the smallest pair among equals).
+std::vector<std::pair<std::string, std::string>> LearnMerges(
+    const std::map<std::string, int64_t>& words, int64_t count) {
+  std::vector<std::pair<std::vector<std::string>, int64_t>> split;
+  for (const auto& [word, n] : words) {
+    std::vector<std::string> symbols;
+    for (size_t i = 0; i < word.size();) {  // one character each
+      size_t len = 1;
+      while (i + len < word.size() &&
+             (static_cast<uint8_t>(word[i + len]) & 0xC0) == 0x80) {
+        ++len;
+      }
+      symbols.push_back(word.substr(i, len));
+      i += len;
+    }
+    split.emplace_back(std::move(symbols), n);
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  while (static_cast<int64_t>(merges.size()) < count) {
+    std::map<std::pair<std::string, std::string>, int64_t> pairs;
+    for (const auto& [symbols, n] : split) {
+      for (size_t k = 0; k + 1 < symbols.size(); ++k) {
+        pairs[{symbols[k], symbols[k + 1]}] += n;
+      }
+    }
+    const auto best = std::max_element(
+        pairs.begin(), pairs.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (best == pairs.end() || best->second < 2) break;
+    const auto [left, right] = best->first;
+    merges.push_back(best->first);
+    for (auto& [symbols, n] : split) {
+      std::vector<std::string> merged;
+      for (size_t k = 0; k < symbols.size(); ++k) {
+        if (k + 1 < symbols.size() && symbols[k] == left &&
+            symbols[k + 1] == right) {
+          merged.push_back(left + right);
+          ++k;
+        } else {
+          merged.push_back(symbols[k]);
+        }
+      }
+      symbols = std::move(merged);
+    }
+  }
+  return merges;
+}
+
+}  // namespace
+
+absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
+    int64_t vocab_size) {
+  constexpr int64_t kBytes = 256, kSpecials = 3;
+  if (vocab_size < kBytes + kSpecials + 16 || vocab_size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a synthetic tokenizer needs a vocabulary of ", kBytes + kSpecials + 16,
+        " to 2^20 ids, got ", vocab_size));
+  }
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  int64_t next = 0;
+  for (int b = 0; b < 256; ++b) {
+    vocab[ToByteLevelChars(std::string(1, static_cast<char>(b)))] = next++;
+  }
+  const int64_t base = vocab_size - kSpecials;  // ids below: the vocabulary
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (const auto& [left, right] :
+       LearnMerges(TrainingWords(), std::min(kLearnedPieces, base - kBytes))) {
+    merges.push_back(nlohmann::ordered_json::array({left, right}));
+    if (!vocab.contains(left + right)) vocab[left + right] = next++;
+  }
+  for (int64_t i = 0; next < base; ++i) {  // fillers no merge makes
+    const std::string filler = absl::StrCat("<extra_", i, ">");
+    if (!vocab.contains(filler)) vocab[filler] = next++;
+  }
+  SyntheticTokenizerJson out;
+  out.bos_id = base;
+  out.eos_ids = {base + 1, base + 2};
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (const char* special :
+       {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}) {
+    added.push_back({{"id", next++},
+                     {"content", special},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  using Json = nlohmann::ordered_json;
+  Json split = {{"type", "Split"},
+                {"pattern", {{"Regex", std::string(kLlama3SplitPattern)}}},
+                {"behavior", "Isolated"},
+                {"invert", false}};
+  Json byte_level = {{"type", "ByteLevel"},
+                     {"add_prefix_space", false},
+                     {"trim_offsets", true},
+                     {"use_regex", false}};
+  Json bos_special = {{"id", "<|begin_of_text|>"},
+                      {"ids", Json::array({out.bos_id})},
+                      {"tokens", Json::array({"<|begin_of_text|>"})}};
+  Json post = {{"type", "TemplateProcessing"}};
+  const auto bos = [](int type) {
+    return Json{
+        {"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", type}}}};
+  };
+  const auto sequence = [](const char* id, int type) {
+    return Json{{"Sequence", {{"id", id}, {"type_id", type}}}};
+  };
+  post["single"] = Json::array({bos(0), sequence("A", 0)});
+  post["pair"] =
+      Json::array({bos(0), sequence("A", 0), bos(1), sequence("B", 1)});
+  post["special_tokens"] = {{"<|begin_of_text|>", bos_special}};
+  Json j;
+  j["version"] = "1.0";
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", Json::array({split, byte_level})}};
+  j["post_processor"] = post;
+  // Every field `tokenizers` itself writes, which it needs to read it.
+  j["decoder"] = {{"type", "ByteLevel"},
+                  {"add_prefix_space", true},
+                  {"trim_offsets", true},
+                  {"use_regex", true}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", true},
+                {"vocab", vocab},
+                {"merges", merges}};
+  out.json = j.dump(1);
+  return out;
+}
+
 absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
                                       const SyntheticOptions& options,
                                       const std::string& dir) {
@@ -212,15 +391,22 @@ absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
   }
   OCTET_RETURN_IF_ERROR(
       WriteCheckpointTensors(dir, sources, options.shard_bytes));
-  OCTET_RETURN_IF_ERROR(WriteTextFile((fs::path(dir) / "config.json").string(),
-                                      ModelConfigToJson(c)));
-  if (options.tokenizer) {
+  using Tok = SyntheticOptions::Tokenizer;
+  if (options.tokenizer == Tok::kSentencePiece) {
     OCTET_ASSIGN_OR_RETURN(const std::string tok,
                            TrainSyntheticTokenizer(c.vocab_size));
     OCTET_RETURN_IF_ERROR(
         WriteTextFile((fs::path(dir) / "tokenizer.model").string(), tok));
+  } else if (options.tokenizer == Tok::kJson) {
+    OCTET_ASSIGN_OR_RETURN(const SyntheticTokenizerJson tok,
+                           TrainSyntheticTokenizerJson(c.vocab_size));
+    OCTET_RETURN_IF_ERROR(
+        WriteTextFile((fs::path(dir) / "tokenizer.json").string(), tok.json));
+    c.bos_token_id = tok.bos_id;  // its special tokens, as Llama 3's
+    c.eos_token_ids = tok.eos_ids;
   }
-  return absl::OkStatus();
+  return WriteTextFile((fs::path(dir) / "config.json").string(),
+                       ModelConfigToJson(c));
 }
 
 }  // namespace octet

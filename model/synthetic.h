@@ -1,7 +1,9 @@
 // Random-weight checkpoints in the Hugging Face layout, for tests,
 // benchmarks and the demo (no model hub is reachable): config.json, the
 // safetensors weights (sharded with an index above a size), and a real
-// SentencePiece tokenizer.model trained on a small built-in text.
+// tokenizer trained on a small built-in text: SentencePiece's
+// tokenizer.model (Llama 2, Mistral) or a byte-level BPE tokenizer.json
+// (Llama 3).
 //
 // Deterministic: the same config, dtype and seed give the same bytes. Each
 // tensor draws from its own stream (seeded by the seed and its name), scaled
@@ -31,7 +33,8 @@ struct SyntheticOptions {
   uint64_t seed = 0;
   // Weights above this size are split into shards with an index.
   uint64_t shard_bytes = uint64_t{4} << 30;
-  bool tokenizer = true;  // write tokenizer.model
+  enum class Tokenizer { kSentencePiece, kJson, kNone };
+  Tokenizer tokenizer = Tokenizer::kSentencePiece;
 };
 
 // Writes the checkpoint into `dir` (created if needed; existing files of
@@ -39,6 +42,19 @@ struct SyntheticOptions {
 absl::Status WriteSyntheticCheckpoint(const ModelConfig& config,
                                       const SyntheticOptions& options,
                                       const std::string& dir);
+
+// A byte-level BPE tokenizer.json in Llama 3's layout (its split regex,
+// ignore_merges, a BOS template) with exactly `vocab_size` ids: the 256
+// byte characters, merges learned on the built-in text, fillers, and three
+// special tokens last: <|begin_of_text|> (bos_id), <|end_of_text|> and
+// <|eot_id|> (eos_ids).
+struct SyntheticTokenizerJson {
+  std::string json;
+  int64_t bos_id = 0;
+  std::vector<int64_t> eos_ids;
+};
+absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
+    int64_t vocab_size);
 
 // A SentencePiece model with exactly `vocab_size` pieces (BPE with byte
 // fallback, <unk>=0, <s>=1, </s>=2), serialized.

@@ -2,6 +2,7 @@
 //
 //   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
+//                    [--tokenizer sentencepiece|json|none]
 //   octet quantize --in DIR --out DIR
 //   octet tokenize --model DIR (--text T | --ids 1,2,3 | --jsonl FILE |
 //                  --decode_jsonl FILE) [--add_special=false]
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, out, "",
           "make-model, quantize: the checkpoint directory to write");
 ABSL_FLAG(std::string, dtype, "bf16",
           "make-model: weight dtype: bf16, fp16 or fp32");
+ABSL_FLAG(std::string, tokenizer, "sentencepiece",
+          "make-model: sentencepiece (tokenizer.model), json (a byte-level "
+          "BPE tokenizer.json, as Llama 3's) or none");
 ABSL_FLAG(
     uint64_t, seed, 0,
     "make-model: random seed (same seed, same bytes); generate: sampling seed");
@@ -152,6 +156,17 @@ int MakeModel() {
   } else {
     return UsageError(
         absl::StrCat("--dtype: '", dtype, "' is not bf16, fp16 or fp32"));
+  }
+  const std::string tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  if (tokenizer == "sentencepiece") {
+    options.tokenizer = SyntheticOptions::Tokenizer::kSentencePiece;
+  } else if (tokenizer == "json") {
+    options.tokenizer = SyntheticOptions::Tokenizer::kJson;
+  } else if (tokenizer == "none") {
+    options.tokenizer = SyntheticOptions::Tokenizer::kNone;
+  } else {
+    return UsageError(absl::StrCat("--tokenizer: '", tokenizer,
+                                   "' is not sentencepiece, json or none"));
   }
   options.seed = absl::GetFlag(FLAGS_seed);
   const auto start = Clock::now();
@@ -572,6 +587,7 @@ int Main(int argc, char** argv) {
       "  octet make-model --preset ",
       absl::StrJoin(SyntheticPresetNames(), "|"),
       " --out DIR [--dtype bf16|fp16|fp32] [--seed N]\n"
+      "      [--tokenizer sentencepiece|json|none]\n"
       "      writes a random-weight Hugging Face checkpoint with a real "
       "tokenizer\n"
       "  octet quantize --in DIR --out DIR\n"

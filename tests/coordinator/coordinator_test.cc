@@ -37,6 +37,7 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "kernels/cpu/backend.h"
 #include "model/synthetic.h"
+#include "model/tokenizer.h"
 #include "octet/v1/generation.grpc.pb.h"
 #include "tests/coordinator/client_util.h"
 #include "tests/process_util.h"
@@ -790,6 +791,51 @@ TEST_F(CoordinatorTest, AnFp8CheckpointIsServedAsItsConfigSays) {
       stub->Generate(&generate, Request(kPrompt, 4), &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.token_ids_size(), 4);
+}
+
+// A Llama 3-style checkpoint with only tokenizer.json (make-model
+// --tokenizer json) serves text: the prompt tokenized as the tokenizer
+// says (BOS from its template), the streamed text the decode of the ids.
+TEST_F(CoordinatorTest, ACheckpointWithOnlyTokenizerJsonServesText) {
+  const std::string dir = (*dir_ / "tiny_json").string();
+  ASSERT_EQ(testing::RunTogether(
+                {{testing::SiblingProgram("octet"), "make-model",
+                  "--preset=tiny", "--tokenizer=json", "--out=" + dir}},
+                absl::Seconds(60)),
+            std::vector<int>{0});
+  ASSERT_FALSE(fs::exists(fs::path(dir) / "tokenizer.model"));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const int port = testing::FreeTcpPort();
+  testing::Child server({testing::SiblingProgram("coordinator"),
+                         "--model=" + dir, "--device=cpu", "--threads=1",
+                         absl::StrCat("--port=", port)});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(testing::WaitUntilServing(*stub, absl::Seconds(60)));
+  const std::string prompt = "Hello, world! Quantization stores weights.";
+  v1::GenerateRequest request;
+  request.set_text(prompt);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_stopping()->set_max_new_tokens(12);
+  request.mutable_stopping()->set_ignore_eos(true);
+  grpc::ClientContext context;
+  auto reader = stub->GenerateStream(&context, request);
+  v1::GenerateStreamResponse m;
+  std::vector<int64_t> ids;
+  std::string text;
+  uint32_t prompt_tokens = 0;
+  while (reader->Read(&m)) {
+    ids.insert(ids.end(), m.token_ids().begin(), m.token_ids().end());
+    text += m.text();
+    if (m.has_usage()) prompt_tokens = m.usage().prompt_tokens();
+  }
+  const grpc::Status s = reader->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(prompt_tokens, (*tokenizer)->Encode(prompt, true).size());
+  EXPECT_EQ(ids.size(), 12u);
+  EXPECT_EQ(text, (*tokenizer)->Decode(ids));
 }
 
 TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {

@@ -242,6 +242,46 @@ TEST(TextStream, StreamsWholeCharactersAndKeepsSpaces) {
   fs::remove_all(dir);
 }
 
+// make-model --tokenizer json: a Llama 3-style tokenizer.json alone, which
+// the loader picks, whose special tokens config.json names, and which
+// round-trips text and streams whole characters.
+TEST(Tokenizer, ASyntheticTokenizerJsonServesTheModel) {
+  SyntheticOptions options;
+  options.tokenizer = SyntheticOptions::Tokenizer::kJson;
+  const std::string dir = MakeTiny("tokjson", options);
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "tokenizer.model"));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ((*t)->vocab_size(), 512);
+  EXPECT_EQ((*t)->bos_id(), 509);
+  EXPECT_EQ(config->bos_token_id, 509);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int64_t>{510, 511}));
+  int64_t bytes = 0, tokens = 0;
+  for (const std::string& line : TokenizerCorpus()) {
+    const std::vector<int64_t> ids = (*t)->Encode(line, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 509);
+    EXPECT_EQ((*t)->Decode(ids), line);
+    bytes += static_cast<int64_t>(line.size());
+    tokens += static_cast<int64_t>(ids.size()) - 1;
+  }
+  EXPECT_LT(tokens * 2, bytes) << "the learned merges should halve the text";
+  const std::string text = "The cat 日本語 sat ☃ on Zürich mats";
+  std::vector<int64_t> ids = (*t)->Encode(text, /*add_bos=*/true);
+  ids.push_back(511);  // <|eot_id|>: nothing
+  TextStream stream(**t);
+  std::string streamed;
+  for (int64_t id : ids) {
+    const std::string piece = stream.Add(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
+    streamed += piece;
+  }
+  EXPECT_EQ(streamed + stream.Finish(), text);
+  fs::remove_all(dir);
+}
+
 TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {
   const std::string dir = MakeTiny("tok");
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);

@@ -10,7 +10,8 @@ self-contained and the files exactly what the library writes. Each vocabulary
 also gets whole words that its merges never build, as a vocabulary converted
 from tiktoken (Llama 3's) has: with ignore_merges they are used, without it
 never. Special tokens sit inside the BPE vocabulary (gpt2) or after it (llama3,
-qwen2), as in the real files.
+qwen2), as in the real files. The tokenizer.json that `octet make-model
+--tokenizer json` writes is held to the library the same way.
 
 A test corpus aimed at where a reimplementation goes wrong (the regexes'
 classes and look-ahead over Unicode whitespace, contractions in any case,
@@ -473,7 +474,20 @@ def main():
             describe_without_octet(name, args.work, texts, speed_texts, tok)
         else:
             all_equal &= check_with_octet(args.octet, name, args.work, texts, speed_texts, tok)
+    if not args.no_octet:
+        all_equal &= check_synthetic(args.octet, args.work, texts, speed_texts)
     sys.exit(0 if all_equal else 1)
+
+
+def check_synthetic(octet, work, texts, speed_texts):
+    """The tokenizer.json `octet make-model --tokenizer json` writes: the
+    library must read it, and octet must agree with it there too."""
+    name = "octet-make-model"
+    subprocess.run([octet, "make-model", "--preset", "tiny", "--tokenizer", "json",
+                    "--out", os.path.join(work, name)], check=True,
+                   stdout=subprocess.DEVNULL)
+    tok = Tokenizer.from_file(os.path.join(work, name, "tokenizer.json"))
+    return check_with_octet(octet, name, work, texts, speed_texts, tok)
 
 
 if __name__ == "__main__":
