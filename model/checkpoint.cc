@@ -9,6 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/bf16.h"
+#include "kernels/f16.h"
 #include "kernels/status_macros.h"
 #include "model/file_util.h"
 #include "nlohmann/json.hpp"
@@ -205,14 +207,23 @@ std::vector<std::string> Checkpoint::TensorNames() const {
 
 absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {
   OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(name));
-  if (t.dtype != DType::kF32 || t.num_elements() != 1 || t.shape.size() > 1) {
+  const bool float_type = t.dtype == DType::kF32 || t.dtype == DType::kBf16 ||
+                          t.dtype == DType::kF16;
+  if (!float_type || t.num_elements() != 1 || t.shape.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(t.file, ": tensor '", name,
-                     "' must be a scalar F32 (shape [] or [1])"));
+                     "' must be a scalar F32, BF16 or F16 (shape [] or [1])"));
   }
-  float v;
-  std::memcpy(&v, t.bytes.data(), sizeof(v));
-  return v;
+  // (compressed-tensors writes scales in the model's dtype.)
+  if (t.dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, t.bytes.data(), sizeof(v));
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, t.bytes.data(), sizeof(bits));
+  return t.dtype == DType::kBf16 ? Bf16ToFloat(Bf16{bits})
+                                 : F16ToFloat(F16{bits});
 }
 
 }  // namespace octet

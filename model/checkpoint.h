@@ -64,7 +64,8 @@ class Checkpoint {
   // SafetensorsFile::ReleasePages). No-op for unknown names.
   void ReleasePages(absl::string_view name) const;
 
-  // Reads a scalar F32 tensor (shape [] or [1]), e.g. an FP8 weight_scale.
+  // Reads a scalar F32, BF16 or F16 tensor (shape [] or [1]) as a float,
+  // e.g. an FP8 weight_scale.
   absl::StatusOr<float> GetScalar(absl::string_view name) const;
 
  private:

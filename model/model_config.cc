@@ -264,28 +264,27 @@ absl::Status ReadSpecialTokens(const Reader& r, ModelConfig* c) {
   return absl::OkStatus();
 }
 
-// Reads quantization_config: absent, or the vLLM per-tensor FP8 layout.
-absl::Status ReadQuantizationConfig(const Reader& r, ModelConfig* c) {
-  const Json* q = r.Find("quantization_config");
-  if (q == nullptr) return absl::OkStatus();
-  if (!q->is_object()) {
-    return r.Error("quantization_config", "must be an object");
+// The names in a JSON array of strings (anything else skipped).
+std::vector<std::string> StringList(const Json& q, const char* key) {
+  std::vector<std::string> out;
+  auto it = q.find(key);
+  if (it == q.end() || !it->is_array()) return out;
+  for (const Json& name : *it) {
+    if (name.is_string()) out.push_back(name.get<std::string>());
   }
-  auto method = q->find("quant_method");
-  if (method == q->end() || !method->is_string() ||
-      method->get<std::string>() != "fp8") {
-    return r.Error("quantization_config",
-                   "quant_method must be \"fp8\" (the vLLM FP8 layout)");
-  }
-  if (q->contains("weight_block_size") &&
-      !(*q)["weight_block_size"].is_null()) {
+  return out;
+}
+
+// vLLM's layout: quant_method "fp8", activation_scheme, ignored_layers.
+absl::Status ReadVllmFp8(const Reader& r, const Json& q, ModelConfig* c) {
+  if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
     return r.Error("quantization_config",
                    "weight_block_size: block-wise FP8 is not supported "
                    "(per-tensor scales only)");
   }
   Fp8CheckpointConfig fp8;
-  auto scheme = q->find("activation_scheme");
-  const std::string s = scheme != q->end() && scheme->is_string()
+  auto scheme = q.find("activation_scheme");
+  const std::string s = scheme != q.end() && scheme->is_string()
                             ? scheme->get<std::string>()
                             : "";
   if (s != "dynamic" && s != "static") {
@@ -293,14 +292,118 @@ absl::Status ReadQuantizationConfig(const Reader& r, ModelConfig* c) {
                    "activation_scheme must be \"dynamic\" or \"static\"");
   }
   fp8.static_activations = s == "static";
-  if (auto ig = q->find("ignored_layers"); ig != q->end() && ig->is_array()) {
-    for (const Json& name : *ig) {
-      if (name.is_string())
-        fp8.ignored_layers.push_back(name.get<std::string>());
-    }
-  }
+  fp8.ignored_layers = StringList(q, "ignored_layers");
   c->fp8 = fp8;
   return absl::OkStatus();
+}
+
+// One quantization args object of a compressed-tensors config group
+// ("weights" or "input_activations"): 8-bit float, symmetric, no groups or
+// blocks, with a strategy octet runs. `field` names it in errors.
+absl::Status CheckCompressedTensorsArgs(const Reader& r, const Json& args,
+                                        const std::string& field) {
+  if (!args.is_object()) return r.Error(field, "must be an object");
+  if (args.value("num_bits", 0) != 8 || args.value("type", "") != "float") {
+    return r.Error(field,
+                   "must be 8-bit float (num_bits 8, type \"float\"): only "
+                   "FP8 compressed-tensors checkpoints are supported");
+  }
+  if (!args.value("symmetric", true)) {
+    return r.Error(field, "must be symmetric (FP8 has no zero point)");
+  }
+  for (const char* key : {"group_size", "block_structure"}) {
+    if (args.contains(key) && !args[key].is_null()) {
+      return r.Error(field, absl::StrCat(key,
+                                         ": group- and block-wise "
+                                         "scales are not supported"));
+    }
+  }
+  const std::string strategy = args.value("strategy", "");
+  if (strategy != "tensor") {
+    return r.Error(field,
+                   absl::StrCat("strategy '", strategy,
+                                "' is not supported yet (per-tensor scales "
+                                "only: \"tensor\")"));
+  }
+  return absl::OkStatus();
+}
+
+// llm-compressor's layout: quant_method "compressed-tensors", format
+// "float-quantized", one config group targeting Linear layers.
+absl::Status ReadCompressedTensors(const Reader& r, const Json& q,
+                                   ModelConfig* c) {
+  const std::string format = q.value("format", "");
+  if (format != "float-quantized") {
+    return r.Error(
+        "quantization_config",
+        absl::StrCat("format '", format,
+                     "' is not supported (FP8: \"float-quantized\")"));
+  }
+  const std::string status = q.value("quantization_status", "compressed");
+  if (status != "compressed") {
+    return r.Error("quantization_config",
+                   absl::StrCat("quantization_status '", status,
+                                "': the weights must be stored compressed"));
+  }
+  if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null()) {
+    return r.Error("quantization_config",
+                   "kv_cache_scheme: an FP8 KV cache is not supported");
+  }
+  const Json& groups = q.value("config_groups", Json());
+  if (!groups.is_object() || groups.size() != 1) {
+    return r.Error("quantization_config",
+                   "config_groups must hold exactly one group");
+  }
+  const auto& [name, group] = *groups.items().begin();
+  const std::string field = "quantization_config.config_groups." + name;
+  const std::vector<std::string> targets = StringList(group, "targets");
+  if (targets != std::vector<std::string>{"Linear"}) {
+    return r.Error(field, "targets must be [\"Linear\"]");
+  }
+  OCTET_RETURN_IF_ERROR(CheckCompressedTensorsArgs(
+      r, group.value("weights", Json()), field + ".weights"));
+  if (group.value("weights", Json()).value("dynamic", false)) {
+    return r.Error(field + ".weights", "must not be dynamic");
+  }
+  const Json& input = group.value("input_activations", Json());
+  if (input.is_null()) {
+    return r.Error(field,
+                   "has no input_activations: weight-only FP8 is not "
+                   "supported");
+  }
+  OCTET_RETURN_IF_ERROR(
+      CheckCompressedTensorsArgs(r, input, field + ".input_activations"));
+  if (group.contains("output_activations") &&
+      !group["output_activations"].is_null()) {
+    return r.Error(field, "output_activations are not supported");
+  }
+  Fp8CheckpointConfig fp8;
+  fp8.layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
+  fp8.static_activations = !input.value("dynamic", true);
+  fp8.ignored_layers = StringList(q, "ignore");
+  c->fp8 = fp8;
+  return absl::OkStatus();
+}
+
+// Reads quantization_config: absent, or FP8 with per-tensor scales in the
+// vLLM or the compressed-tensors layout.
+absl::Status ReadQuantizationConfig(const Reader& r, ModelConfig* c) {
+  const Json* q = r.Find("quantization_config");
+  if (q == nullptr) return absl::OkStatus();
+  if (!q->is_object()) {
+    return r.Error("quantization_config", "must be an object");
+  }
+  const std::string method = q->value("quant_method", "");
+  try {  // (a field of the wrong JSON type throws)
+    if (method == "fp8") return ReadVllmFp8(r, *q, c);
+    if (method == "compressed-tensors") return ReadCompressedTensors(r, *q, c);
+  } catch (const Json::exception& e) {
+    return r.Error("quantization_config", e.what());
+  }
+  return r.Error("quantization_config",
+                 absl::StrCat("quant_method '", method,
+                              "' is not supported (\"fp8\" or "
+                              "\"compressed-tensors\")"));
 }
 
 }  // namespace
@@ -467,11 +570,27 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   } else if (!c.eos_token_ids.empty()) {
     j["eos_token_id"] = c.eos_token_ids;
   }
-  if (c.fp8) {
+  if (c.fp8 && c.fp8->layout == Fp8CheckpointConfig::Layout::kVllmFp8) {
     j["quantization_config"] = {
         {"quant_method", "fp8"},
         {"activation_scheme", c.fp8->static_activations ? "static" : "dynamic"},
         {"ignored_layers", c.fp8->ignored_layers}};
+  } else if (c.fp8) {
+    const nlohmann::ordered_json fp8_tensor = {
+        {"num_bits", 8},    {"type", "float"},      {"symmetric", true},
+        {"dynamic", false}, {"strategy", "tensor"}, {"group_size", nullptr}};
+    nlohmann::ordered_json input = fp8_tensor;
+    input["dynamic"] = !c.fp8->static_activations;
+    nlohmann::ordered_json group = {{"targets", {"Linear"}},
+                                    {"weights", fp8_tensor},
+                                    {"input_activations", input},
+                                    {"output_activations", nullptr}};
+    j["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                                {"format", "float-quantized"},
+                                {"quantization_status", "compressed"},
+                                {"config_groups", {{"group_0", group}}},
+                                {"ignore", c.fp8->ignored_layers},
+                                {"kv_cache_scheme", nullptr}};
   }
   return j.dump(2) + "\n";
 }

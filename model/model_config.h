@@ -24,10 +24,15 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-// quantization_config of an FP8 checkpoint in the vLLM / llm-compressor
-// "fp8" layout (docs/design.md).
+// quantization_config of an FP8 checkpoint with per-tensor scales, in
+// either layout that holds them (docs/design.md): vLLM's quant_method "fp8",
+// or llm-compressor's "compressed-tensors" (format "float-quantized",
+// strategy "tensor"). Their tensors are the same: *.weight in e4m3,
+// *.weight_scale, and with static activations *.input_scale.
 struct Fp8CheckpointConfig {
-  bool static_activations = false;  // activation_scheme "static": input_scale
+  enum class Layout { kVllmFp8, kCompressedTensors };
+  Layout layout = Layout::kVllmFp8;
+  bool static_activations = false;  // input_scale tensors, no dynamic scales
   std::vector<std::string> ignored_layers;  // left unquantized by the writer
 };
 

@@ -98,7 +98,7 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
       WriteCheckpointTensors(out_dir, sources, options.shard_bytes));
 
   ModelConfig config = in_config;
-  config.fp8 = Fp8CheckpointConfig{false, {"lm_head"}};
+  config.fp8 = Fp8CheckpointConfig{.ignored_layers = {"lm_head"}};
   OCTET_RETURN_IF_ERROR(WriteTextFile(
       (fs::path(out_dir) / "config.json").string(), ModelConfigToJson(config)));
   const fs::path tokenizer = fs::path(in_dir) / "tokenizer.model";

@@ -136,6 +136,98 @@ TEST(ModelConfig, ParsesFp8QuantizationConfig) {
   EXPECT_EQ(c->fp8->ignored_layers, std::vector<std::string>{"lm_head"});
 }
 
+// llm-compressor's "FP8" scheme as neuralmagic's Llama 3 FP8 checkpoints
+// carry it (abridged): per-tensor weights, static per-tensor activations.
+Json CompressedTensorsFp8() {
+  return Json::parse(R"({
+    "quant_method": "compressed-tensors", "format": "float-quantized",
+    "quantization_status": "compressed", "kv_cache_scheme": null,
+    "global_compression_ratio": 1.24, "ignore": ["lm_head"],
+    "config_groups": {"group_0": {
+      "targets": ["Linear"], "output_activations": null,
+      "weights": {"num_bits": 8, "type": "float", "symmetric": true,
+                  "dynamic": false, "strategy": "tensor", "group_size": null,
+                  "block_structure": null, "actorder": null,
+                  "observer": "minmax", "observer_kwargs": {}},
+      "input_activations": {"num_bits": 8, "type": "float",
+                            "symmetric": true, "dynamic": false,
+                            "strategy": "tensor", "group_size": null,
+                            "block_structure": null, "actorder": null,
+                            "observer": "minmax", "observer_kwargs": {}}}}})");
+}
+
+TEST(ModelConfig, ParsesCompressedTensorsFp8PerTensor) {
+  Json j = Llama32();
+  j["quantization_config"] = CompressedTensorsFp8();
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->fp8.has_value());
+  EXPECT_EQ(c->fp8->layout, Fp8CheckpointConfig::Layout::kCompressedTensors);
+  EXPECT_TRUE(c->fp8->static_activations);
+  EXPECT_EQ(c->fp8->ignored_layers, std::vector<std::string>{"lm_head"});
+  EXPECT_EQ(QuantizationScheme(*c, "fp8"), "fp8-tensor-static");
+  j["quantization_config"]["config_groups"]["group_0"]["input_activations"]
+   ["dynamic"] = true;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->fp8->static_activations);
+  EXPECT_EQ(ResolveQuantization("auto", *c, "m").value_or("?"), "fp8");
+  // Written back in the same layout.
+  absl::StatusOr<ModelConfig> back =
+      ParseModelConfig(ModelConfigToJson(*c), "rt/config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ModelConfigToJson(*back), ModelConfigToJson(*c));
+  EXPECT_EQ(back->fp8->layout, Fp8CheckpointConfig::Layout::kCompressedTensors);
+}
+
+TEST(ModelConfig, CompressedTensorsSchemesOctetCannotRunAreNamed) {
+  const std::string group = "/quantization_config/config_groups/group_0";
+  const std::vector<std::pair<std::string, Json>> changes = {
+      {group + "/weights/strategy", "channel"},
+      {group + "/input_activations/strategy", "token"},
+      {group + "/weights/num_bits", 4},
+      {group + "/weights/type", "int"},
+      {group + "/weights/group_size", 128},
+      {group + "/weights/symmetric", false},
+      {group + "/input_activations", nullptr},
+      {group + "/targets", Json::array({"re:.*q_proj"})},
+      {"/quantization_config/format", "pack-quantized"},
+      {"/quantization_config/quantization_status", "frozen"},
+      {"/quantization_config/kv_cache_scheme",
+       {{"num_bits", 8}, {"type", "float"}}},
+      {"/quantization_config/quant_method", "gptq"},
+  };
+  const std::vector<std::string> fragments = {
+      "strategy 'channel' is not supported yet",
+      "strategy 'token' is not supported yet",
+      "must be 8-bit float",
+      "must be 8-bit float",
+      "group_size",
+      "must be symmetric",
+      "weight-only FP8",
+      "targets must be",
+      "format 'pack-quantized'",
+      "quantization_status 'frozen'",
+      "kv_cache_scheme",
+      "quant_method 'gptq'",
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    Json j = Llama32();
+    j["quantization_config"] = CompressedTensorsFp8();
+    j[Json::json_pointer(changes[i].first)] = changes[i].second;
+    ExpectError(j, fragments[i]);
+  }
+  Json j = Llama32();
+  j["quantization_config"] = CompressedTensorsFp8();
+  j["quantization_config"]["config_groups"]["group_1"] =
+      j["quantization_config"]["config_groups"]["group_0"];
+  ExpectError(j, "exactly one group");
+  j["quantization_config"]["config_groups"] = "group_0";
+  ExpectError(j, "exactly one group");
+  j["quantization_config"]["config_groups"] = {{"g", {{"weights", 3}}}};
+  ExpectError(j, "targets must be");
+}
+
 TEST(ModelConfig, TheQuantizationMethodComesFromTheCheckpoint) {
   const ModelConfig bf16 = *Parse(Llama32());
   Json j = Llama32();
@@ -167,7 +259,7 @@ TEST(ModelConfig, TheQuantizationMethodComesFromTheCheckpoint) {
 
 TEST(ModelConfig, RoundTripsThroughJson) {
   ModelConfig c = *Parse(Llama32());
-  c.fp8 = Fp8CheckpointConfig{false, {"lm_head"}};
+  c.fp8 = Fp8CheckpointConfig{.ignored_layers = {"lm_head"}};
   absl::StatusOr<ModelConfig> back =
       ParseModelConfig(ModelConfigToJson(c), "rt/config.json");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -207,7 +299,7 @@ TEST(ModelConfig, RejectsWhatOctetCannotServe) {
   ExpectError(j, "'eos_token_id' must be token ids below vocab_size");
   j = Llama32();
   j["quantization_config"] = {{"quant_method", "gptq"}};
-  ExpectError(j, "quant_method must be \"fp8\"");
+  ExpectError(j, "quant_method 'gptq' is not supported");
   j = Llama32();
   j["quantization_config"] = {{"quant_method", "fp8"},
                               {"activation_scheme", "dynamic"},

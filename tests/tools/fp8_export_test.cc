@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/cpu/quantize.h"
@@ -188,6 +189,72 @@ TEST_F(Fp8ExportTest, LoadsAndGeneratesLikeLoadTimeQuantization) {
       ExportFp8Checkpoint((base_ / "fp8").string(), (base_ / "again").string())
           .code(),
       absl::StatusCode::kFailedPrecondition);
+}
+
+// llm-compressor's compressed-tensors layout holds the same tensors under a
+// different quantization_config (scales shaped [1], often in BF16): the
+// same checkpoint relabelled so must load and run as the vLLM one does,
+// bit for bit with F32 scales.
+TEST_F(Fp8ExportTest, CompressedTensorsLayoutLoadsAsTheVllmOne) {
+  auto fp8 = Checkpoint::Open((base_ / "fp8").string());
+  ASSERT_TRUE(fp8.ok());
+  auto relabel = [&](const fs::path& dir, bool bf16_scales) {
+    std::vector<TensorSource> sources;
+    for (const std::string& name : (*fp8)->TensorNames()) {
+      const TensorView t = *(*fp8)->Get(name);
+      if (!absl::EndsWith(name, "_scale")) {
+        sources.push_back({{name, t.dtype, t.shape}, [t](SafetensorsWriter& w) {
+                             return w.Write(t.bytes);
+                           }});
+        continue;
+      }
+      const float scale = *(*fp8)->GetScalar(name);
+      const uint16_t bits = FloatToBf16(scale).bits;
+      sources.push_back(
+          {{name, bf16_scales ? DType::kBf16 : DType::kF32, {1}},
+           [scale, bits, bf16_scales](SafetensorsWriter& w) {
+             return bf16_scales
+                        ? w.Write({reinterpret_cast<const uint8_t*>(&bits), 2})
+                        : w.Write(
+                              {reinterpret_cast<const uint8_t*>(&scale), 4});
+           }});
+    }
+    ASSERT_TRUE(
+        WriteCheckpointTensors(dir.string(), sources, uint64_t{1} << 30).ok());
+    ModelConfig c = (*fp8)->config();
+    c.fp8->layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
+    ASSERT_TRUE(
+        WriteTextFile((dir / "config.json").string(), ModelConfigToJson(c))
+            .ok());
+  };
+  relabel(base_ / "ct_f32", false);
+  relabel(base_ / "ct_bf16", true);
+  auto backend = NewCpuBackend();
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  std::vector<std::vector<float>> logits;
+  for (const char* dir : {"fp8", "ct_f32", "ct_bf16"}) {
+    auto ckpt = Checkpoint::Open((base_ / dir).string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ(QuantizationScheme((*ckpt)->config(), "fp8"), "fp8-tensor");
+    auto model = LlamaModel::Load(**ckpt, *backend, o);
+    ASSERT_TRUE(model.ok()) << dir << ": " << model.status();
+    auto cache = (*model)->NewKvCache({.block_size = 16, .num_blocks = 4});
+    ASSERT_TRUE(cache.ok());
+    std::vector<int32_t> table;
+    ASSERT_TRUE((*cache)->Reserve(8, &table).ok());
+    SequenceStep step{{5, 6, 7, 8, 9, 10, 11, 12}, 0, &table};
+    logits.emplace_back();
+    ASSERT_TRUE((*model)->Forward({&step, 1}, **cache, &logits.back()).ok());
+  }
+  EXPECT_EQ(logits[1], logits[0]);
+  const double cosine =
+      testing::Cosine(logits[2].data(), logits[0].data(), logits[0].size());
+  EXPECT_GT(cosine, 0.999);
+  std::printf(
+      "[ measured ] tiny logits, compressed-tensors with BF16 scales vs F32: "
+      "cosine %.6f\n",
+      cosine);
 }
 
 TEST_F(Fp8ExportTest, StaticInputScalesAreUsed) {
