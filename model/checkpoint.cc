@@ -162,15 +162,26 @@ absl::Status Checkpoint::Validate() const {
     }
     const std::string stem =
         want.name.substr(0, want.name.size() - 7);  // ".weight"
-    std::vector<std::string> scales = {want.name + "_scale"};
-    if (config_.fp8->static_activations)
-      scales.push_back(stem + ".input_scale");
-    for (const std::string& s : scales) {
-      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(s));
-      if (!(std::isfinite(v) && v > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dir_, ": tensor '", s, "' is ", v,
-                         "; a scale must be finite and > 0"));
+    std::vector<std::pair<std::string, std::vector<float>>> scales;
+    if (config_.fp8->weight_per_channel) {
+      OCTET_ASSIGN_OR_RETURN(std::vector<float> rows,
+                             GetRowScales(want.name + "_scale", t.shape[0]));
+      scales.emplace_back(want.name + "_scale", std::move(rows));
+    } else {
+      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(want.name + "_scale"));
+      scales.push_back({want.name + "_scale", {v}});
+    }
+    if (config_.fp8->static_activations) {
+      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(stem + ".input_scale"));
+      scales.push_back({stem + ".input_scale", {v}});
+    }
+    for (const auto& [name, values] : scales) {
+      for (float v : values) {
+        if (!(std::isfinite(v) && v > 0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(dir_, ": tensor '", name, "' holds ", v,
+                           "; a scale must be finite and > 0"));
+        }
       }
     }
   }
@@ -205,25 +216,52 @@ std::vector<std::string> Checkpoint::TensorNames() const {
   return names;
 }
 
+namespace {
+
+// Element i of a float tensor (F32, BF16 or F16) as a float.
+float FloatAt(const TensorView& t, int64_t i) {
+  if (t.dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + 4 * i, sizeof(v));
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, t.bytes.data() + 2 * i, sizeof(bits));
+  return t.dtype == DType::kBf16 ? Bf16ToFloat(Bf16{bits})
+                                 : F16ToFloat(F16{bits});
+}
+
+bool IsFloatType(DType d) {
+  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
+}
+
+}  // namespace
+
+// (compressed-tensors writes scales in the model's dtype.)
 absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {
   OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(name));
-  const bool float_type = t.dtype == DType::kF32 || t.dtype == DType::kBf16 ||
-                          t.dtype == DType::kF16;
-  if (!float_type || t.num_elements() != 1 || t.shape.size() > 1) {
+  if (!IsFloatType(t.dtype) || t.num_elements() != 1 || t.shape.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(t.file, ": tensor '", name,
                      "' must be a scalar F32, BF16 or F16 (shape [] or [1])"));
   }
-  // (compressed-tensors writes scales in the model's dtype.)
-  if (t.dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, t.bytes.data(), sizeof(v));
-    return v;
+  return FloatAt(t, 0);
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::GetRowScales(
+    absl::string_view name, int64_t rows) const {
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(name));
+  const bool shape_ok =
+      (t.shape.size() == 1 && t.shape[0] == rows) ||
+      (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == 1);
+  if (!IsFloatType(t.dtype) || !shape_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        t.file, ": tensor '", name, "' must be F32, BF16 or F16 of shape [",
+        rows, ", 1] (one scale per row)"));
   }
-  uint16_t bits;
-  std::memcpy(&bits, t.bytes.data(), sizeof(bits));
-  return t.dtype == DType::kBf16 ? Bf16ToFloat(Bf16{bits})
-                                 : F16ToFloat(F16{bits});
+  std::vector<float> out(rows);
+  for (int64_t i = 0; i < rows; ++i) out[i] = FloatAt(t, i);
+  return out;
 }
 
 }  // namespace octet

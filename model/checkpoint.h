@@ -67,6 +67,10 @@ class Checkpoint {
   // Reads a scalar F32, BF16 or F16 tensor (shape [] or [1]) as a float,
   // e.g. an FP8 weight_scale.
   absl::StatusOr<float> GetScalar(absl::string_view name) const;
+  // Reads one float per row of a `rows`-row weight (shape [rows, 1] or
+  // [rows]; F32, BF16 or F16), e.g. a per-channel FP8 weight_scale.
+  absl::StatusOr<std::vector<float>> GetRowScales(absl::string_view name,
+                                                  int64_t rows) const;
 
  private:
   Checkpoint() = default;

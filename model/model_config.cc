@@ -299,9 +299,12 @@ absl::Status ReadVllmFp8(const Reader& r, const Json& q, ModelConfig* c) {
 
 // One quantization args object of a compressed-tensors config group
 // ("weights" or "input_activations"): 8-bit float, symmetric, no groups or
-// blocks, with a strategy octet runs. `field` names it in errors.
-absl::Status CheckCompressedTensorsArgs(const Reader& r, const Json& args,
-                                        const std::string& field) {
+// blocks, with a strategy octet runs ("tensor" or `other`). `field` names it
+// in errors. Whether it is `other`.
+absl::StatusOr<bool> ReadCompressedTensorsArgs(const Reader& r,
+                                               const Json& args,
+                                               const std::string& field,
+                                               const std::string& other) {
   if (!args.is_object()) return r.Error(field, "must be an object");
   if (args.value("num_bits", 0) != 8 || args.value("type", "") != "float") {
     return r.Error(field,
@@ -319,13 +322,12 @@ absl::Status CheckCompressedTensorsArgs(const Reader& r, const Json& args,
     }
   }
   const std::string strategy = args.value("strategy", "");
-  if (strategy != "tensor") {
-    return r.Error(field,
-                   absl::StrCat("strategy '", strategy,
-                                "' is not supported yet (per-tensor scales "
-                                "only: \"tensor\")"));
+  if (strategy != "tensor" && strategy != other) {
+    return r.Error(field, absl::StrCat("strategy '", strategy,
+                                       "' is not supported (\"tensor\" or \"",
+                                       other, "\")"));
   }
-  return absl::OkStatus();
+  return strategy == other;
 }
 
 // llm-compressor's layout: quant_method "compressed-tensors", format
@@ -360,8 +362,12 @@ absl::Status ReadCompressedTensors(const Reader& r, const Json& q,
   if (targets != std::vector<std::string>{"Linear"}) {
     return r.Error(field, "targets must be [\"Linear\"]");
   }
-  OCTET_RETURN_IF_ERROR(CheckCompressedTensorsArgs(
-      r, group.value("weights", Json()), field + ".weights"));
+  Fp8CheckpointConfig fp8;
+  fp8.layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
+  OCTET_ASSIGN_OR_RETURN(
+      fp8.weight_per_channel,
+      ReadCompressedTensorsArgs(r, group.value("weights", Json()),
+                                field + ".weights", "channel"));
   if (group.value("weights", Json()).value("dynamic", false)) {
     return r.Error(field + ".weights", "must not be dynamic");
   }
@@ -371,15 +377,18 @@ absl::Status ReadCompressedTensors(const Reader& r, const Json& q,
                    "has no input_activations: weight-only FP8 is not "
                    "supported");
   }
-  OCTET_RETURN_IF_ERROR(
-      CheckCompressedTensorsArgs(r, input, field + ".input_activations"));
+  OCTET_ASSIGN_OR_RETURN(fp8.activation_per_token,
+                         ReadCompressedTensorsArgs(
+                             r, input, field + ".input_activations", "token"));
+  fp8.static_activations = !input.value("dynamic", true);
+  if (fp8.activation_per_token && fp8.static_activations) {
+    return r.Error(field + ".input_activations",
+                   "per-token scales must be dynamic");
+  }
   if (group.contains("output_activations") &&
       !group["output_activations"].is_null()) {
     return r.Error(field, "output_activations are not supported");
   }
-  Fp8CheckpointConfig fp8;
-  fp8.layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
-  fp8.static_activations = !input.value("dynamic", true);
   fp8.ignored_layers = StringList(q, "ignore");
   c->fp8 = fp8;
   return absl::OkStatus();
@@ -526,8 +535,12 @@ absl::StatusOr<std::string> ResolveQuantization(absl::string_view flag,
 std::string QuantizationScheme(const ModelConfig& config,
                                absl::string_view method) {
   if (method != "fp8") return "none";
-  return config.fp8 && config.fp8->static_activations ? "fp8-tensor-static"
-                                                      : "fp8-tensor";
+  if (!config.fp8) return "fp8-tensor";  // quantized at load
+  const Fp8CheckpointConfig& f = *config.fp8;
+  return absl::StrCat("fp8-", f.weight_per_channel ? "channel" : "tensor",
+                      f.activation_per_token ? "-token"
+                      : f.static_activations ? "-static"
+                                             : "");
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {
@@ -579,10 +592,12 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     const nlohmann::ordered_json fp8_tensor = {
         {"num_bits", 8},    {"type", "float"},      {"symmetric", true},
         {"dynamic", false}, {"strategy", "tensor"}, {"group_size", nullptr}};
-    nlohmann::ordered_json input = fp8_tensor;
+    nlohmann::ordered_json weights = fp8_tensor, input = fp8_tensor;
+    if (c.fp8->weight_per_channel) weights["strategy"] = "channel";
+    if (c.fp8->activation_per_token) input["strategy"] = "token";
     input["dynamic"] = !c.fp8->static_activations;
     nlohmann::ordered_json group = {{"targets", {"Linear"}},
-                                    {"weights", fp8_tensor},
+                                    {"weights", weights},
                                     {"input_activations", input},
                                     {"output_activations", nullptr}};
     j["quantization_config"] = {{"quant_method", "compressed-tensors"},

@@ -24,15 +24,18 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-// quantization_config of an FP8 checkpoint with per-tensor scales, in
-// either layout that holds them (docs/design.md): vLLM's quant_method "fp8",
-// or llm-compressor's "compressed-tensors" (format "float-quantized",
-// strategy "tensor"). Their tensors are the same: *.weight in e4m3,
-// *.weight_scale, and with static activations *.input_scale.
+// quantization_config of an FP8 checkpoint (docs/design.md): vLLM's
+// quant_method "fp8" (per-tensor scales), or llm-compressor's
+// "compressed-tensors" (format "float-quantized"; weights per tensor or per
+// output channel, activations per tensor or, dynamic, per token). Their
+// tensors are the same: *.weight in e4m3, *.weight_scale (one, or one per
+// row), and with static activations *.input_scale.
 struct Fp8CheckpointConfig {
   enum class Layout { kVllmFp8, kCompressedTensors };
   Layout layout = Layout::kVllmFp8;
   bool static_activations = false;  // input_scale tensors, no dynamic scales
+  bool weight_per_channel = false;  // weight_scale [rows, 1]
+  bool activation_per_token = false;        // a dynamic scale per token
   std::vector<std::string> ignored_layers;  // left unquantized by the writer
 };
 
@@ -97,9 +100,11 @@ absl::StatusOr<std::string> ResolveQuantization(absl::string_view flag,
                                                 absl::string_view model_dir);
 
 // What a model served with `method` ("none" or "fp8") runs, as
-// GetModelInfo reports it: "none"; "fp8-tensor" (one scale per weight, a
-// dynamic scale per activation tensor); "fp8-tensor-static" (an FP8
-// checkpoint's static input scales).
+// GetModelInfo reports it: "none", or "fp8-" and the weights' scales
+// ("tensor": one per weight; "channel": one per output row), then the
+// activations' unless dynamic per tensor ("-token": dynamic per token;
+// "-static": a checkpoint's input scales): "fp8-tensor",
+// "fp8-channel-token", "fp8-tensor-static" ...
 std::string QuantizationScheme(const ModelConfig& config,
                                absl::string_view method);
 

@@ -50,6 +50,30 @@ absl::Status QuantizeInto(const TensorView& t, const CpuKernelOptions& o,
   return w.Write({codes.data(), codes.size()});
 }
 
+// Per-channel: each row with its own scale, written into `scales` [rows].
+absl::Status QuantizeRowsInto(const TensorView& t, const CpuKernelOptions& o,
+                              SafetensorsWriter& w,
+                              std::vector<float>& scales) {
+  AlignedVector<uint8_t> codes(t.num_elements());
+  scales.resize(t.shape[0]);
+  OCTET_RETURN_IF_ERROR(QuantizeEachRow(t, o, codes.data(), scales.data()));
+  return w.Write({codes.data(), codes.size()});
+}
+
+// The quantization_config for `scheme` (Fp8ExportOptions::scheme).
+absl::StatusOr<Fp8CheckpointConfig> ConfigFor(const std::string& scheme) {
+  Fp8CheckpointConfig c{.ignored_layers = {"lm_head"}};
+  if (scheme.empty()) return c;
+  c.layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
+  if (scheme == "fp8-tensor") return c;
+  if (scheme == "fp8-channel-token") {
+    c.weight_per_channel = c.activation_per_token = true;
+    return c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--scheme: '", scheme, "' is not fp8-tensor or fp8-channel-token"));
+}
+
 // ExportFp8Checkpoint's work; it may throw std::bad_alloc.
 absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                     const Fp8ExportOptions& options) {
@@ -63,10 +87,12 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
   if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir)) {
     return absl::InvalidArgumentError("--out must differ from --in");
   }
+  OCTET_ASSIGN_OR_RETURN(const Fp8CheckpointConfig fp8,
+                         ConfigFor(options.scheme));
   const std::vector<ExpectedTensor> expected = ExpectedTensors(in_config);
   // Scales are known only after each weight is quantized; the writer takes
-  // a projection's codes, then its scale right after.
-  std::vector<float> scales(expected.size(), 0.0f);
+  // a projection's codes, then its scales right after.
+  std::vector<std::vector<float>> scales(expected.size());
   std::vector<TensorSource> sources;
   for (size_t i = 0; i < expected.size(); ++i) {
     const ExpectedTensor& e = expected[i];
@@ -80,35 +106,47 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                          }});
       continue;
     }
-    float* scale = &scales[i];
-    sources.push_back({{e.name, DType::kE4m3, view.shape},
-                       [view, scale, &options, &ckpt](SafetensorsWriter& w) {
-                         absl::Status s =
-                             QuantizeInto(view, options.cpu, w, scale);
-                         ckpt->ReleasePages(view.name);
-                         return s;
-                       }});
+    std::vector<float>* scale = &scales[i];
+    const bool per_row = fp8.weight_per_channel;
     sources.push_back(
-        {{e.name + "_scale", DType::kF32, {}}, [scale](SafetensorsWriter& w) {
-           return w.Write(
-               {reinterpret_cast<const uint8_t*>(scale), sizeof(float)});
+        {{e.name, DType::kE4m3, view.shape},
+         [view, scale, per_row, &options, &ckpt](SafetensorsWriter& w) {
+           scale->resize(1);
+           absl::Status s =
+               per_row ? QuantizeRowsInto(view, options.cpu, w, *scale)
+                       : QuantizeInto(view, options.cpu, w, scale->data());
+           ckpt->ReleasePages(view.name);
+           return s;
          }});
+    // vLLM's layout: a scalar; compressed-tensors': [1] or [rows, 1].
+    const std::vector<int64_t> shape =
+        fp8.layout == Fp8CheckpointConfig::Layout::kVllmFp8
+            ? std::vector<int64_t>{}
+        : per_row ? std::vector<int64_t>{view.shape[0], 1}
+                  : std::vector<int64_t>{1};
+    sources.push_back({{e.name + "_scale", DType::kF32, shape},
+                       [scale](SafetensorsWriter& w) {
+                         return w.Write(
+                             {reinterpret_cast<const uint8_t*>(scale->data()),
+                              scale->size() * sizeof(float)});
+                       }});
   }
   OCTET_RETURN_IF_ERROR(
       WriteCheckpointTensors(out_dir, sources, options.shard_bytes));
 
   ModelConfig config = in_config;
-  config.fp8 = Fp8CheckpointConfig{.ignored_layers = {"lm_head"}};
+  config.fp8 = fp8;
   OCTET_RETURN_IF_ERROR(WriteTextFile(
       (fs::path(out_dir) / "config.json").string(), ModelConfigToJson(config)));
-  const fs::path tokenizer = fs::path(in_dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) {
+  for (const char* file : {"tokenizer.model", "tokenizer.json"}) {
+    const fs::path tokenizer = fs::path(in_dir) / file;
+    if (!fs::exists(tokenizer)) continue;
     std::error_code ec;
-    fs::copy_file(tokenizer, fs::path(out_dir) / "tokenizer.model",
+    fs::copy_file(tokenizer, fs::path(out_dir) / file,
                   fs::copy_options::overwrite_existing, ec);
     if (ec) {
       return absl::InternalError(
-          absl::StrCat("copying the tokenizer: ", ec.message()));
+          absl::StrCat("copying ", file, ": ", ec.message()));
     }
   }
   return absl::OkStatus();

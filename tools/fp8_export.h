@@ -1,9 +1,13 @@
-// `octet quantize`: writes an FP8 checkpoint in the layout vLLM and
-// llm-compressor use (docs/design.md): every projection weight as F8_E4M3 codes
-// with its own per-tensor F32 weight_scale (absmax / 448, the contract's
-// rule), everything else (embeddings, lm_head, norms) as it was, and
-// config.json's quantization_config {quant_method: fp8, activation_scheme:
-// dynamic, ignored_layers: [lm_head]}. The tokenizer is copied.
+// `octet quantize`: writes an FP8 checkpoint (docs/design.md): every
+// projection weight as F8_E4M3 codes with its F32 weight_scale (absmax /
+// 448, the contract's rule: one per weight, or one per row for per-channel
+// schemes), everything else (embeddings, lm_head, norms) as it was, and
+// config.json's quantization_config: vLLM's {quant_method: fp8,
+// activation_scheme: dynamic, ignored_layers: [lm_head]} by default, or
+// llm-compressor's compressed-tensors for a scheme ("fp8-tensor": per-tensor
+// weights, dynamic per-tensor activations; "fp8-channel-token": per-channel
+// weights, dynamic per-token activations, llm-compressor's FP8_DYNAMIC).
+// The tokenizer is copied.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,8 @@ namespace octet {
 struct Fp8ExportOptions {
   uint64_t shard_bytes = uint64_t{4} << 30;
   CpuKernelOptions cpu;
+  // "" (vLLM's layout), "fp8-tensor" or "fp8-channel-token".
+  std::string scheme;
 };
 
 absl::Status ExportFp8Checkpoint(const std::string& in_dir,

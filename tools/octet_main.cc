@@ -3,7 +3,7 @@
 //   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
 //                    [--tokenizer sentencepiece|json|none]
-//   octet quantize --in DIR --out DIR
+//   octet quantize --in DIR --out DIR [--scheme fp8-tensor|fp8-channel-token]
 //   octet tokenize --model DIR (--text T | --ids 1,2,3 | --jsonl FILE |
 //                  --decode_jsonl FILE) [--add_special=false]
 //   octet generate --model DIR [--quantization auto|none|fp8]
@@ -58,6 +58,10 @@ ABSL_FLAG(
     uint64_t, seed, 0,
     "make-model: random seed (same seed, same bytes); generate: sampling seed");
 ABSL_FLAG(std::string, in, "", "quantize: the checkpoint to quantize");
+ABSL_FLAG(std::string, scheme, "",
+          "quantize: empty for vLLM's fp8 layout (per-tensor scales), or a "
+          "compressed-tensors scheme: fp8-tensor (per-tensor) or "
+          "fp8-channel-token (per-channel weights, per-token activations)");
 ABSL_FLAG(std::string, model, "", "generate: the checkpoint directory");
 ABSL_FLAG(std::string, quantization, "auto",
           "generate: linear layers: auto (what the checkpoint's config.json "
@@ -198,10 +202,17 @@ int Quantize() {
                     out = absl::GetFlag(FLAGS_out);
   if (in.empty() || out.empty())
     return UsageError("quantize needs --in DIR and --out DIR");
+  const std::string scheme = absl::GetFlag(FLAGS_scheme);
+  if (!scheme.empty() && scheme != "fp8-tensor" &&
+      scheme != "fp8-channel-token") {
+    return UsageError(absl::StrCat("--scheme: '", scheme,
+                                   "' is not fp8-tensor or fp8-channel-token"));
+  }
   absl::StatusOr<CpuKernelOptions> cpu = CpuOptions();
   if (!cpu.ok()) return UsageError(std::string(cpu.status().message()));
   const auto start = Clock::now();
-  absl::Status s = ExportFp8Checkpoint(in, out, {.cpu = *cpu});
+  absl::Status s =
+      ExportFp8Checkpoint(in, out, {.cpu = *cpu, .scheme = scheme});
   if (!s.ok()) return Failed(s);
   std::printf("wrote FP8 checkpoint %s in %.1f s\n", out.c_str(), Since(start));
   return 0;
@@ -590,8 +601,9 @@ int Main(int argc, char** argv) {
       "      [--tokenizer sentencepiece|json|none]\n"
       "      writes a random-weight Hugging Face checkpoint with a real "
       "tokenizer\n"
-      "  octet quantize --in DIR --out DIR\n"
-      "      writes an FP8 (e4m3, per-tensor scales) copy in the vLLM layout\n"
+      "  octet quantize --in DIR --out DIR [--scheme "
+      "fp8-tensor|fp8-channel-token]\n"
+      "      writes an FP8 (e4m3) copy: vLLM's layout, or compressed-tensors'\n"
       "  octet tokenize --model DIR (--text T | --ids 1,2,3 | --jsonl FILE | "
       "--decode_jsonl FILE)\n"
       "      the checkpoint's tokenizer: text to ids, ids to text\n"

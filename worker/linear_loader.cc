@@ -301,6 +301,49 @@ absl::StatusOr<float> FusedInputScale(const Checkpoint& ckpt,
   return input_scale;
 }
 
+// For a checkpoint with per-channel weight scales: the parts' codes stacked
+// as they are, with their scales for the rows `slice` keeps (no common scale,
+// so never requantized); parts stored as floats get a scale per row of their
+// own. Static input scales as LoadFp8.
+absl::Status LoadFp8PerChannel(const Checkpoint& ckpt,
+                               const std::vector<std::string>& parts,
+                               const std::vector<TensorView>& views,
+                               const WeightSlice& slice,
+                               const WeightPolicy& policy, Backend& backend,
+                               LinearWeight& w) {
+  w.dtype = DType::kE4m3;
+  w.scale_per_row = true;
+  AlignedVector<uint8_t> codes(w.out * w.in);
+  std::vector<float> scales(w.out);
+  int64_t row = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& t = views[i];
+    if (t.dtype == DType::kE4m3) {
+      OCTET_ASSIGN_OR_RETURN(const TensorView whole, ckpt.Get(parts[i]));
+      OCTET_ASSIGN_OR_RETURN(
+          const std::vector<float> part,
+          ckpt.GetRowScales(parts[i] + "_scale", whole.shape[0]));
+      const int64_t first = slice.rows.empty() ? 0 : slice.rows[i].first;
+      std::copy_n(part.begin() + first, t.shape[0], scales.begin() + row);
+      std::memcpy(codes.data() + row * w.in, t.bytes.data(), t.bytes.size());
+    } else {
+      OCTET_RETURN_IF_ERROR(QuantizeEachRow(
+          t, policy.cpu, codes.data() + row * w.in, scales.data() + row));
+    }
+    row += t.shape[0];
+  }
+  OCTET_ASSIGN_OR_RETURN(w.data, Upload(backend, codes.data(), codes.size()));
+  for (const std::string& name : parts) ckpt.ReleasePages(name);
+  OCTET_ASSIGN_OR_RETURN(
+      w.scale, Upload(backend, scales.data(), scales.size() * sizeof(float)));
+  if (ckpt.config().fp8->static_activations) {
+    OCTET_ASSIGN_OR_RETURN(const float input_scale,
+                           FusedInputScale(ckpt, parts, views));
+    OCTET_ASSIGN_OR_RETURN(w.input_scale, UploadScalar(backend, input_scale));
+  }
+  return absl::OkStatus();
+}
+
 // Fuses the parts into one e4m3 weight with its scale and, for a checkpoint
 // with static activation scales and e4m3 parts, its input scale.
 absl::Status LoadFp8(const Checkpoint& ckpt,
@@ -354,6 +397,9 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
   }
   if (policy.method == LinearMethod::kNone) {
     OCTET_RETURN_IF_ERROR(LoadDense(ckpt, parts, views, policy, backend, w));
+  } else if (any_fp8 && ckpt.config().fp8->weight_per_channel) {
+    OCTET_RETURN_IF_ERROR(
+        LoadFp8PerChannel(ckpt, parts, views, slice, policy, backend, w));
   } else {
     OCTET_RETURN_IF_ERROR(
         LoadFp8(ckpt, parts, views, any_fp8, policy, backend, w));
@@ -393,6 +439,22 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
   return LoadLinear(ckpt, {name}, dense, backend, slice);
 }
 
+// Each row of the float matrix `t` as e4m3 with its own scale (the FP8
+// contract on that row's absmax): codes [rows][in], scales [rows].
+absl::Status QuantizeEachRow(const TensorView& t, const CpuKernelOptions& o,
+                             uint8_t* codes, float* scales) {
+  const int64_t rows = t.shape[0], in = t.shape[1];
+  std::vector<float> row(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    Widen(t, r * in, in, row.data());
+    OCTET_ASSIGN_OR_RETURN(
+        const E4m3Scale s,
+        QuantizeE4m3Dynamic(row.data(), in, codes + r * in, o));
+    scales[r] = s.scale;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
                                                  const std::string& name,
                                                  const WeightPolicy& policy,
@@ -413,15 +475,9 @@ absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
   w.scale_per_row = true;
   try {
     AlignedVector<uint8_t> codes(w.out * w.in);
-    std::vector<float> scales(w.out), row(w.in);
-    for (int64_t r = 0; r < w.out; ++r) {
-      Widen(t, r * w.in, w.in, row.data());
-      OCTET_ASSIGN_OR_RETURN(
-          const E4m3Scale s,
-          QuantizeE4m3Dynamic(row.data(), w.in, codes.data() + r * w.in,
-                              policy.cpu));
-      scales[r] = s.scale;
-    }
+    std::vector<float> scales(w.out);
+    OCTET_RETURN_IF_ERROR(
+        QuantizeEachRow(t, policy.cpu, codes.data(), scales.data()));
     ckpt.ReleasePages(name);
     OCTET_ASSIGN_OR_RETURN(w.data, Upload(backend, codes.data(), codes.size()));
     OCTET_ASSIGN_OR_RETURN(

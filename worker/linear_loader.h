@@ -64,6 +64,11 @@ absl::StatusOr<LinearWeight> LoadTable(const Checkpoint& ckpt,
                                        Backend& backend,
                                        const WeightSlice& slice = {});
 
+// Each row of the float matrix `t` as e4m3 with its own scale (the FP8
+// contract on that row's absmax): codes [rows][in], scales [rows].
+absl::Status QuantizeEachRow(const TensorView& t, const CpuKernelOptions& o,
+                             uint8_t* codes, float* scales);
+
 // A float table [rows][cols] (the lm_head) as e4m3 with one scale per row
 // (LinearWeight::scale_per_row): each row quantized by the FP8 contract with
 // its own absmax, so that a row's codes and scale depend on that row alone

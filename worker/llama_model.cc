@@ -169,6 +169,14 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
         "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
         ", the most ", backend.Describe(), " attention supports"));
   }
+  if (config.fp8 && backend.kind() != DeviceKind::kCpu &&
+      (config.fp8->weight_per_channel || config.fp8->activation_per_token)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the FP8 scheme ", QuantizationScheme(config, "fp8"),
+        " (per-channel weight or per-token activation scales) is built for "
+        "CPU workers only, not ",
+        backend.Describe()));
+  }
   const WeightPolicy policy = MakeWeightPolicy(options, backend, plan.size);
   OCTET_RETURN_IF_ERROR(m->LoadTables(ckpt, policy));
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -383,14 +391,19 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
       OCTET_RETURN_IF_ERROR(
           Grow(backend_, s.gathered, seqs * c.vocab_size * sizeof(float)));
     }
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, seqs * sizeof(float)));
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, seqs * sizeof(float)));
-    std::vector<int32_t> ids(seqs);
-    std::iota(ids.begin(), ids.end(), 0);
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.seq_ids, seqs * sizeof(int32_t)));
-    OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(s.seq_ids.data(), ids.data(),
-                                                seqs * sizeof(int32_t)));
     s.seqs = seqs;
+  }
+  // FP8 scales: one per sequence, or per token (row_ids: each row its own
+  // group).
+  if (const int64_t rows = std::max(s.tokens, s.seqs); rows > s.scale_rows) {
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, rows * sizeof(float)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, rows * sizeof(float)));
+    std::vector<int32_t> ids(rows);
+    std::iota(ids.begin(), ids.end(), 0);
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.row_ids, rows * sizeof(int32_t)));
+    OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(s.row_ids.data(), ids.data(),
+                                                rows * sizeof(int32_t)));
+    s.scale_rows = rows;
   }
   if (table_entries > s.table_entries) s.table_entries = table_entries;
   const MetadataLayout layout(s.tokens, s.seqs, s.table_entries);
@@ -506,7 +519,8 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x.x, count, *scale, codes));
   } else {
     // One dynamic scale per sequence (docs/design.md), so batching does not
-    // change a sequence's codes. A single rank's input is whole: its absmax
+    // change a sequence's codes; or per token, as `seqs` groups the rows
+    // for per-token checkpoints. A single rank's input is whole: its absmax
     // is the global one. Tensor parallelism all-reduces it here for
     // row-parallel layers.
     *groups = seqs;
@@ -831,7 +845,7 @@ absl::Status LlamaModel::LmHead(int64_t num_seqs, void* logits) {
   // is whole on every rank (column-parallel), so no absmax all-reduce. The
   // CPU's activation dtype is binary32: the logits come out in it.
   const RowGroups seqs{num_seqs,
-                       num_seqs == 1 ? nullptr : s.seq_ids.as<int32_t>()};
+                       num_seqs == 1 ? nullptr : s.row_ids.as<int32_t>()};
   return Linear(lm_head_, Input{.x = s.last_hidden.data()}, num_seqs, seqs,
                 false, logits, nullptr);
 }
@@ -905,7 +919,13 @@ absl::Status LlamaModel::Compute(const AttentionMetadata& meta,
                                  int64_t num_seqs, KvCache& cache,
                                  ForwardTrace* trace) {
   const int64_t tokens = meta.num_tokens;
-  const RowGroups seqs{num_seqs, meta.token_seq};
+  // The groups of the activations' dynamic FP8 scales: each sequence, or
+  // each token when the checkpoint's scheme says so (per_token_scales_).
+  const RowGroups seqs =
+      per_token_scales_
+          ? RowGroups{tokens,
+                      tokens == 1 ? nullptr : scratch_.row_ids.as<int32_t>()}
+          : RowGroups{num_seqs, meta.token_seq};
   OCTET_RETURN_IF_ERROR(Embed(tokens));
   if (trace != nullptr) {
     trace->layer_rms.clear();

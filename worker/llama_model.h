@@ -179,9 +179,11 @@ class LlamaModel {
             *tables = nullptr;
     DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
-    // int32 0, 1, ..., seqs - 1: the group of each last_hidden row, for the
-    // FP8 lm_head's per-sequence input scales.
-    DeviceBuffer seq_ids;
+    // int32 0, 1, ..., scale_rows - 1: each row its own group, for the FP8
+    // lm_head's per-sequence input scales (one row per sequence) and
+    // per-token activation scales. absmax and act_scale hold scale_rows.
+    DeviceBuffer row_ids;
+    int64_t scale_rows = 0;
   };
   // A forward's host-side metadata, validated (llama_model.cc).
   struct HostBatch;
@@ -198,7 +200,9 @@ class LlamaModel {
         config_(config),
         options_(options),
         plan_(plan),
-        sync_absmax_(options.sync_activation_absmax) {}
+        sync_absmax_(options.sync_activation_absmax),
+        per_token_scales_(options.method == LinearMethod::kFp8 && config.fp8 &&
+                          config.fp8->activation_per_token) {}
 
   // Load's steps, in order.
 
@@ -311,6 +315,8 @@ class LlamaModel {
   const ModelOptions options_;
   const ShardPlan plan_;  // this rank's slice (everything when TP = 1)
   bool sync_absmax_ = true;
+  // A compressed-tensors checkpoint with per-token activation scales.
+  const bool per_token_scales_;
   KBlocks o_blocks_, down_blocks_;
   LinearWeight embedding_;
   LinearWeight lm_head_;  // a view of embedding_ when tied

@@ -249,18 +249,15 @@ class CpuBackend : public Backend {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
     }
-    if (w.scale_per_row) {
-      return absl::UnimplementedError(
-          "ScaleRows: per-row weight scales (row-parallel layers have "
-          "per-tensor ones)");
-    }
     absl::Status s = SpreadRowScales(rows, q_scale, groups, "ScaleRows");
     if (!s.ok()) return s;
-    const float w_scale = *w.scale.as<float>();
+    const float* w_scale = w.scale.as<float>();
     float* out = static_cast<float*>(y);
+    // The scales' product first, as the GEMMs take it (per-row weight
+    // scales: column c's own).
     for (int64_t r = 0; r < rows; ++r) {
-      const float scale = row_scales_[r] * w_scale;
       for (int64_t c = 0; c < w.out; ++c) {
+        const float scale = row_scales_[r] * w_scale[w.scale_per_row ? c : 0];
         out[r * w.out + c] = sums[r * w.out + c] * scale;
       }
     }

@@ -183,8 +183,8 @@ TEST(ModelConfig, ParsesCompressedTensorsFp8PerTensor) {
 TEST(ModelConfig, CompressedTensorsSchemesOctetCannotRunAreNamed) {
   const std::string group = "/quantization_config/config_groups/group_0";
   const std::vector<std::pair<std::string, Json>> changes = {
-      {group + "/weights/strategy", "channel"},
-      {group + "/input_activations/strategy", "token"},
+      {group + "/weights/strategy", "group"},
+      {group + "/input_activations/strategy", "channel"},
       {group + "/weights/num_bits", 4},
       {group + "/weights/type", "int"},
       {group + "/weights/group_size", 128},
@@ -198,8 +198,8 @@ TEST(ModelConfig, CompressedTensorsSchemesOctetCannotRunAreNamed) {
       {"/quantization_config/quant_method", "gptq"},
   };
   const std::vector<std::string> fragments = {
-      "strategy 'channel' is not supported yet",
-      "strategy 'token' is not supported yet",
+      "strategy 'group' is not supported (\"tensor\" or \"channel\")",
+      "strategy 'channel' is not supported (\"tensor\" or \"token\")",
       "must be 8-bit float",
       "must be 8-bit float",
       "group_size",
@@ -226,6 +226,39 @@ TEST(ModelConfig, CompressedTensorsSchemesOctetCannotRunAreNamed) {
   ExpectError(j, "exactly one group");
   j["quantization_config"]["config_groups"] = {{"g", {{"weights", 3}}}};
   ExpectError(j, "targets must be");
+  j["quantization_config"] = CompressedTensorsFp8();
+  j["quantization_config"]["config_groups"]["group_0"]["input_activations"]
+   ["strategy"] = "token";  // static
+  ExpectError(j, "per-token scales must be dynamic");
+}
+
+// llm-compressor's FP8_DYNAMIC: per-channel weights, dynamic per-token
+// activations; and the other combinations, each named by its scheme.
+TEST(ModelConfig, ParsesCompressedTensorsChannelAndTokenStrategies) {
+  Json j = Llama32();
+  j["quantization_config"] = CompressedTensorsFp8();
+  Json& group = j["quantization_config"]["config_groups"]["group_0"];
+  group["weights"]["strategy"] = "channel";
+  group["input_activations"]["strategy"] = "token";
+  group["input_activations"]["dynamic"] = true;
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->fp8->weight_per_channel);
+  EXPECT_TRUE(c->fp8->activation_per_token);
+  EXPECT_FALSE(c->fp8->static_activations);
+  EXPECT_EQ(QuantizationScheme(*c, "fp8"), "fp8-channel-token");
+  absl::StatusOr<ModelConfig> back =
+      ParseModelConfig(ModelConfigToJson(*c), "rt/config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(QuantizationScheme(*back, "fp8"), "fp8-channel-token");
+  group["input_activations"]["strategy"] = "tensor";
+  EXPECT_EQ(QuantizationScheme(*Parse(j), "fp8"), "fp8-channel");
+  group["input_activations"]["dynamic"] = false;
+  EXPECT_EQ(QuantizationScheme(*Parse(j), "fp8"), "fp8-channel-static");
+  group["weights"]["strategy"] = "tensor";
+  group["input_activations"]["strategy"] = "token";
+  group["input_activations"]["dynamic"] = true;
+  EXPECT_EQ(QuantizationScheme(*Parse(j), "fp8"), "fp8-tensor-token");
 }
 
 TEST(ModelConfig, TheQuantizationMethodComesFromTheCheckpoint) {

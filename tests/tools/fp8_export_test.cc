@@ -22,6 +22,7 @@
 #include "model/synthetic.h"
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
+#include "tests/worker/reference_llama.h"
 #include "worker/linear_loader.h"
 #include "worker/llama_model.h"
 
@@ -255,6 +256,118 @@ TEST_F(Fp8ExportTest, CompressedTensorsLayoutLoadsAsTheVllmOne) {
       "[ measured ] tiny logits, compressed-tensors with BF16 scales vs F32: "
       "cosine %.6f\n",
       cosine);
+}
+
+// llm-compressor's FP8_DYNAMIC as `octet quantize --scheme
+// fp8-channel-token` writes it: a scale per weight row, a dynamic scale per
+// token. Its logits follow the fake-quantized reference of that scheme, and
+// every activation code is the contract's of the reference's own
+// activations (or a neighbour, where binary32 and fp64 round apart).
+TEST_F(Fp8ExportTest, ChannelTokenSchemeMatchesItsReference) {
+  const fs::path dir = base_ / "channel_token";
+  Fp8ExportOptions options;
+  options.scheme = "fp8-channel-token";
+  ASSERT_TRUE(
+      ExportFp8Checkpoint((base_ / "bf16").string(), dir.string(), options)
+          .ok());
+  auto ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(QuantizationScheme((*ckpt)->config(), "fp8"), "fp8-channel-token");
+  const TensorView scale =
+      *(*ckpt)->Get("model.layers.0.mlp.up_proj.weight_scale");
+  EXPECT_EQ(scale.shape, (std::vector<int64_t>{160, 1}));
+  auto backend = NewCpuBackend();
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  auto model = LlamaModel::Load(**ckpt, *backend, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt = {5, 71, 200, 13, 99, 480, 7, 300};
+  auto cache = (*model)->NewKvCache({.block_size = 16, .num_blocks = 4});
+  ASSERT_TRUE(cache.ok());
+  std::vector<int32_t> table;
+  ASSERT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+  SequenceStep step{prompt, 0, &table};
+  ForwardTrace trace;
+  trace.record_codes = true;
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Forward({&step, 1}, **cache, &logits, &trace).ok());
+  auto bf16 = Checkpoint::Open((base_ / "bf16").string());
+  ASSERT_TRUE(bf16.ok());
+  const testing::ReferenceResult ref = testing::ReferenceForward(
+      **bf16, prompt, {.fp8 = true, .per_channel = true, .per_token = true});
+  const int64_t vocab = (*ckpt)->config().vocab_size;
+  double worst = 0, largest = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double want = ref.logits.back()[i];
+    worst = std::max(worst, std::fabs(logits[i] - want));
+    largest = std::max(largest, std::fabs(want));
+  }
+  EXPECT_LT(worst, 1e-2 * largest);
+  // One scale per token for every projection input.
+  ASSERT_EQ(trace.scales.size(), ref.codes.size());
+  for (const std::vector<float>& call : trace.scales) {
+    EXPECT_EQ(call.size(), prompt.size());
+  }
+  int64_t total = 0, differ = 0;
+  for (size_t i = 0; i < ref.codes.size(); ++i) {
+    ASSERT_EQ(trace.codes[i].size(), ref.codes[i].size());
+    for (size_t j = 0; j < ref.codes[i].size(); ++j) {
+      ++total;
+      differ += trace.codes[i][j] != ref.codes[i][j];
+    }
+  }
+  EXPECT_LT(differ, total / 100);
+  std::printf(
+      "[ measured ] tiny fp8-channel-token vs its fake-quantized reference: "
+      "max logit error %.2e of the largest %.2f; %lld of %lld activation "
+      "codes differ\n",
+      worst, largest, static_cast<long long>(differ),
+      static_cast<long long>(total));
+}
+
+// Each scheme `octet quantize` writes against the unquantized model, on the
+// same prompt: how far FP8 moves the logits (reported; bounded loosely).
+TEST_F(Fp8ExportTest, EachSchemesDriftFromTheUnquantizedModel) {
+  auto backend = NewCpuBackend();
+  const std::vector<int32_t> prompt = {5, 71, 200, 13, 99, 480, 7, 300};
+  auto last_logits = [&](const std::string& dir, LinearMethod method) {
+    auto ckpt = Checkpoint::Open(dir);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    ModelOptions o;
+    o.method = method;
+    auto model = LlamaModel::Load(**ckpt, *backend, o);
+    EXPECT_TRUE(model.ok()) << model.status();
+    auto cache = (*model)->NewKvCache({.block_size = 16, .num_blocks = 4});
+    std::vector<int32_t> table;
+    EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+    SequenceStep step{prompt, 0, &table};
+    std::vector<float> logits;
+    EXPECT_TRUE((*model)->Forward({&step, 1}, **cache, &logits).ok());
+    return logits;
+  };
+  const std::vector<float> none =
+      last_logits((base_ / "bf16").string(), LinearMethod::kNone);
+  for (const std::string scheme : {"", "fp8-tensor", "fp8-channel-token"}) {
+    const fs::path dir = base_ / ("drift" + scheme);
+    Fp8ExportOptions options;
+    options.scheme = scheme;
+    ASSERT_TRUE(
+        ExportFp8Checkpoint((base_ / "bf16").string(), dir.string(), options)
+            .ok());
+    const std::vector<float> fp8 =
+        last_logits(dir.string(), LinearMethod::kFp8);
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < none.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{fp8[i]} - none[i]));
+      largest = std::max(largest, std::fabs(double{none[i]}));
+    }
+    const double cosine = testing::Cosine(fp8.data(), none.data(), none.size());
+    EXPECT_GT(cosine, 0.98) << scheme;  // (tiny: 64 wide, random weights)
+    std::printf(
+        "[ measured ] tiny %s checkpoint vs the unquantized model: logits "
+        "cosine %.5f, max error %.3f of the largest %.2f\n",
+        scheme.empty() ? "vLLM fp8" : scheme.c_str(), cosine, worst, largest);
+  }
 }
 
 TEST_F(Fp8ExportTest, StaticInputScalesAreUsed) {

@@ -16,7 +16,7 @@ using Matrix = std::vector<double>;  // row-major
 struct Weights {
   int64_t rows = 0, cols = 0;
   Matrix w;
-  float scale = 0;  // FP8: the fused weight scale
+  std::vector<float> scale;  // FP8: each row's (all alike per tensor)
 };
 
 Matrix Load(const Checkpoint& ckpt, const std::string& name) {
@@ -24,10 +24,27 @@ Matrix Load(const Checkpoint& ckpt, const std::string& name) {
   return Matrix(f.begin(), f.end());
 }
 
+// The contract's codes of `v` (values rounded to binary32) at the scale of
+// their absmax, replacing them by the codes' values.
+E4m3Scale FakeQuantize(double* v, int64_t n, std::vector<uint8_t>* codes) {
+  float absmax = 0;
+  for (int64_t i = 0; i < n; ++i)
+    absmax = std::max(absmax, std::fabs(static_cast<float>(v[i])));
+  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t code = EncodeE4m3(static_cast<float>(v[i]) * s.inv);
+    if (codes != nullptr) codes->push_back(code);
+    v[i] = DecodeE4m3(code);
+  }
+  return s;
+}
+
 // Stacks projections by rows; with fp8, fake-quantizes them with one scale
-// from their joint absmax: w' = decode(encode(w * inv)) * scale, in binary32.
+// from their joint absmax (or, per channel, each row with its own):
+// w' = decode(encode(w * inv)) * scale, in binary32.
 Weights Projection(const Checkpoint& ckpt,
-                   const std::vector<std::string>& parts, bool fp8) {
+                   const std::vector<std::string>& parts,
+                   const ReferenceOptions& o) {
   Weights out;
   for (const std::string& p : parts) {
     const TensorView t = *ckpt.Get(p);
@@ -36,40 +53,40 @@ Weights Projection(const Checkpoint& ckpt,
     const Matrix m = Load(ckpt, p);
     out.w.insert(out.w.end(), m.begin(), m.end());
   }
-  if (fp8) {
-    float absmax = 0;
-    for (double v : out.w)
-      absmax = std::max(absmax, std::fabs(static_cast<float>(v)));
-    const E4m3Scale s = E4m3ScaleFromAbsmax(absmax);
-    out.scale = s.scale;
-    for (double& v : out.w) {
-      v = DecodeE4m3(
-          EncodeE4m3(static_cast<float>(v) * s.inv));  // codes' values
+  if (!o.fp8) return out;
+  if (o.per_channel) {
+    for (int64_t r = 0; r < out.rows; ++r) {
+      out.scale.push_back(
+          FakeQuantize(&out.w[r * out.cols], out.cols, nullptr).scale);
     }
+  } else {
+    out.scale.assign(out.rows,
+                     FakeQuantize(out.w.data(), out.w.size(), nullptr).scale);
   }
   return out;
 }
 
 // y[t][r] = sum_c x[t][c] * w[r][c]. With fp8, x is first rounded to binary32
 // (the model's activation dtype on the CPU) and quantized with its own
-// per-tensor scale, and the dot products of code values are multiplied by
-// the binary32 product of the two scales, as the contract's GEMM does.
-Matrix Apply(const Weights& w, const Matrix& x, int64_t tokens, bool fp8,
+// scale (per tensor, or per token), and the dot products of code values are
+// multiplied by the binary32 product of the two scales, as the contract's
+// GEMM does.
+Matrix Apply(const Weights& w, const Matrix& x, int64_t tokens,
+             const ReferenceOptions& o,
              std::vector<std::vector<uint8_t>>* codes) {
   Matrix xq = x;
-  double out_scale = 1.0;
-  if (fp8) {
-    float absmax = 0;
-    for (double v : x)
-      absmax = std::max(absmax, std::fabs(static_cast<float>(v)));
-    const E4m3Scale s = E4m3ScaleFromAbsmax(absmax);
-    std::vector<uint8_t> c(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      c[i] = EncodeE4m3(static_cast<float>(x[i]) * s.inv);
-      xq[i] = DecodeE4m3(c[i]);
+  std::vector<float> x_scale(tokens, 1.0f);  // each token's
+  if (o.fp8) {
+    codes->emplace_back();
+    if (o.per_token) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        x_scale[t] =
+            FakeQuantize(&xq[t * w.cols], w.cols, &codes->back()).scale;
+      }
+    } else {
+      x_scale.assign(tokens,
+                     FakeQuantize(xq.data(), xq.size(), &codes->back()).scale);
     }
-    codes->push_back(std::move(c));
-    out_scale = static_cast<double>(s.scale * w.scale);  // one binary32 product
   }
   Matrix y(tokens * w.rows);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -77,7 +94,8 @@ Matrix Apply(const Weights& w, const Matrix& x, int64_t tokens, bool fp8,
       double dot = 0;
       for (int64_t c = 0; c < w.cols; ++c)
         dot += xq[t * w.cols + c] * w.w[r * w.cols + c];
-      y[t * w.rows + r] = dot * out_scale;
+      // One binary32 product of the scales.
+      y[t * w.rows + r] = o.fp8 ? dot * (x_scale[t] * w.scale[r]) : dot;
     }
   }
   return y;
@@ -139,7 +157,7 @@ ReferenceResult ReferenceForward(const Checkpoint& ckpt,
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_heads,
                 nkv = c.num_kv_heads, ff = c.intermediate_size;
-  const bool fp8 = options.fp8;
+  const ReferenceOptions& fp8 = options;
   ReferenceResult result;
 
   const Matrix emb = Load(ckpt, "model.embed_tokens.weight");

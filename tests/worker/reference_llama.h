@@ -16,6 +16,10 @@ struct ReferenceOptions {
   // Fake-quantize: weights per fused projection (QKV, gate_up, o, down) and
   // the activation entering each projection, with per-tensor absmax scales.
   bool fp8 = false;
+  // With fp8: weights per output row, activations per token (a
+  // compressed-tensors "fp8-channel-token" checkpoint's scheme).
+  bool per_channel = false;
+  bool per_token = false;
 };
 
 struct ReferenceResult {

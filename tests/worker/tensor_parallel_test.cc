@@ -70,6 +70,14 @@ class TensorParallelTest : public ::testing::Test {
     ASSERT_TRUE(ExportFp8Checkpoint((*base_ / "tiny").string(),
                                     (*base_ / "tiny-fp8").string())
                     .ok());
+    // compressed-tensors FP8_DYNAMIC: per-channel weights, per-token
+    // activations.
+    Fp8ExportOptions channel_token;
+    channel_token.scheme = "fp8-channel-token";
+    ASSERT_TRUE(ExportFp8Checkpoint((*base_ / "tiny").string(),
+                                    (*base_ / "tiny-fp8-ct").string(),
+                                    channel_token)
+                    .ok());
   }
   static void TearDownTestSuite() {
     fs::remove_all(*base_);
@@ -429,6 +437,25 @@ TEST_F(TensorParallelTest, Fp8CheckpointScalesAreUsedAsTheyAreOnEveryShard) {
       EXPECT_TRUE(ranks[r].weight_codes ==
                   ExpectedShard((*ckpt)->config(), *plan, one.weight_codes))
           << "TP=" << size << " rank " << r;
+      EXPECT_EQ(DifferingBits(ranks[r].logits, one.logits), 0u)
+          << "TP=" << size << " rank " << r;
+      EXPECT_EQ(DifferingBits(ranks[r].scales, one.scales), 0u)
+          << "TP=" << size << " rank " << r;
+    }
+    EXPECT_EQ(ranks[0].tokens, one.tokens) << "TP=" << size;
+  }
+}
+
+TEST_F(TensorParallelTest, PerChannelAndPerTokenScalesGiveOneRanksBits) {
+  // Column-parallel ranks cut the per-row weight scales with their rows;
+  // row-parallel ones keep them whole; the per-token activation maxima of
+  // the row-parallel inputs are all-reduced, one per token: TP = 2 and 4
+  // then give TP = 1's logits, activation scales and tokens bit for bit.
+  const TpResults one = Single("tiny-fp8-ct", LinearMethod::kFp8);
+  for (int size : {2, 4}) {
+    const std::vector<TpResults> ranks =
+        Group("tiny-fp8-ct", size, "fp8", false);
+    for (int r = 0; r < size; ++r) {
       EXPECT_EQ(DifferingBits(ranks[r].logits, one.logits), 0u)
           << "TP=" << size << " rank " << r;
       EXPECT_EQ(DifferingBits(ranks[r].scales, one.scales), 0u)
