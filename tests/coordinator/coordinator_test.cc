@@ -753,6 +753,27 @@ TEST_F(CoordinatorTest, ALoadThatFailsAlikeEachTimeIsGivenUpOn) {
       << text;
 }
 
+// A coordinator of its own on `model` (default flags, one CPU thread), and
+// a stub once it serves (null if it did not within 60 s).
+struct Served {
+  std::unique_ptr<testing::Child> server;
+  std::unique_ptr<v1::Generation::Stub> stub;
+};
+Served Serve(const std::string& model) {
+  const int port = testing::FreeTcpPort();
+  Served s;
+  s.server = std::make_unique<testing::Child>(std::vector<std::string>{
+      testing::SiblingProgram("coordinator"), "--model=" + model,
+      "--device=cpu", "--threads=1", absl::StrCat("--port=", port)});
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  if (s.server->started() &&
+      testing::WaitUntilServing(*stub, absl::Seconds(60))) {
+    s.stub = std::move(stub);
+  }
+  return s;
+}
+
 // An FP8 checkpoint (written by `octet quantize`) needs no flag: the
 // default --quantization auto serves it as its config.json says, and
 // --quantization none, which cannot serve e4m3 weights, is refused naming
@@ -772,14 +793,9 @@ TEST_F(CoordinatorTest, AnFp8CheckpointIsServedAsItsConfigSays) {
       std::string::npos)
       << text;
 
-  const int port = testing::FreeTcpPort();
-  testing::Child server({testing::SiblingProgram("coordinator"),
-                         "--model=" + fp8, "--device=cpu", "--threads=1",
-                         absl::StrCat("--port=", port)});
-  ASSERT_TRUE(server.started());
-  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  ASSERT_TRUE(testing::WaitUntilServing(*stub, absl::Seconds(60)));
+  const Served served = Serve(fp8);
+  ASSERT_NE(served.stub, nullptr);
+  v1::Generation::Stub* stub = served.stub.get();
   grpc::ClientContext context;
   v1::ModelInfo info;
   ASSERT_TRUE(stub->GetModelInfo(&context, {}, &info).ok());
@@ -806,14 +822,9 @@ TEST_F(CoordinatorTest, ACheckpointWithOnlyTokenizerJsonServesText) {
   ASSERT_FALSE(fs::exists(fs::path(dir) / "tokenizer.model"));
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  const int port = testing::FreeTcpPort();
-  testing::Child server({testing::SiblingProgram("coordinator"),
-                         "--model=" + dir, "--device=cpu", "--threads=1",
-                         absl::StrCat("--port=", port)});
-  ASSERT_TRUE(server.started());
-  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  ASSERT_TRUE(testing::WaitUntilServing(*stub, absl::Seconds(60)));
+  const Served served = Serve(dir);
+  ASSERT_NE(served.stub, nullptr);
+  v1::Generation::Stub* stub = served.stub.get();
   const std::string prompt = "Hello, world! Quantization stores weights.";
   v1::GenerateRequest request;
   request.set_text(prompt);

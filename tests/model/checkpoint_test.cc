@@ -218,6 +218,19 @@ TEST(ReadTokenFile, StripsWhitespaceAndRefusesEmptyOrOddFiles) {
   fs::remove_all(dir);
 }
 
+// `ids` through a TextStream: the text, each piece checked to be whole
+// UTF-8 (no replacement character from a split multi-byte character).
+std::string Stream(const Tokenizer& t, const std::vector<int64_t>& ids) {
+  TextStream stream(t);
+  std::string streamed;
+  for (int64_t id : ids) {
+    const std::string piece = stream.Add(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
+    streamed += piece;
+  }
+  return streamed + stream.Finish();
+}
+
 TEST(TextStream, StreamsWholeCharactersAndKeepsSpaces) {
   const std::string dir = MakeTiny("stream");
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
@@ -228,16 +241,7 @@ TEST(TextStream, StreamsWholeCharactersAndKeepsSpaces) {
   std::vector<int64_t> ids = (*t)->Encode(text, /*add_bos=*/true);
   ids.push_back(100000);  // an id beyond the tokenizer: U+FFFD
   ids.push_back((*t)->eos_id());
-  TextStream stream(**t);
-  std::string streamed;
-  for (int64_t id : ids) {
-    const std::string piece = stream.Add(id);
-    // Every piece is whole UTF-8: no replacement character from a split
-    // multi-byte character.
-    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
-    streamed += piece;
-  }
-  streamed += stream.Finish();
+  const std::string streamed = Stream(**t, ids);
   EXPECT_EQ(streamed, text + "\xEF\xBF\xBD");
   fs::remove_all(dir);
 }
@@ -271,14 +275,7 @@ TEST(Tokenizer, ASyntheticTokenizerJsonServesTheModel) {
   const std::string text = "The cat 日本語 sat ☃ on Zürich mats";
   std::vector<int64_t> ids = (*t)->Encode(text, /*add_bos=*/true);
   ids.push_back(511);  // <|eot_id|>: nothing
-  TextStream stream(**t);
-  std::string streamed;
-  for (int64_t id : ids) {
-    const std::string piece = stream.Add(id);
-    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
-    streamed += piece;
-  }
-  EXPECT_EQ(streamed + stream.Finish(), text);
+  EXPECT_EQ(Stream(**t, ids), text);
   fs::remove_all(dir);
 }
 
