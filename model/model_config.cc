@@ -356,7 +356,10 @@ absl::Status ReadCompressedTensors(const Reader& r, const Json& q,
     return r.Error("quantization_config",
                    "config_groups must hold exactly one group");
   }
-  const auto& [name, group] = *groups.items().begin();
+  // (Not `*groups.items().begin()`: that entry refers to a temporary
+  // iterator, gone at the end of the statement; ASan caught it.)
+  const std::string name = groups.begin().key();
+  const Json& group = groups.begin().value();
   const std::string field = "quantization_config.config_groups." + name;
   const std::vector<std::string> targets = StringList(group, "targets");
   if (targets != std::vector<std::string>{"Linear"}) {
