@@ -204,7 +204,8 @@ class BpeTokenizer : public Tokenizer {
   absl::Status ReadPreTokenizer(const Json& p, const std::string& what);
   absl::Status ReadPostProcessor(const Json& p, const std::string& what);
   absl::Status ReadDecoder(const Json& d, const std::string& what);
-  void Finish();
+  // After the Read* calls: the id tables and the bounds.
+  absl::Status Finish(const std::string& what);
 
  private:
   // Appends the ids of `text` (no added tokens in it).
@@ -213,8 +214,8 @@ class BpeTokenizer : public Tokenizer {
   void EncodeWord(absl::string_view word, std::vector<int64_t>& out) const;
   std::string Normalize(absl::string_view text) const;
   std::vector<std::string> PreTokenize(std::string text) const;
-  // The added token that starts at text[i] and is the longest there, or
-  // null; with its extent once lstrip/rstrip took their whitespace.
+  // The added token that starts at text[i] and is the longest there (and,
+  // for a single_word one, stands alone there), or null.
   const AddedToken* AddedTokenAt(absl::string_view text, size_t i) const;
 
   absl::flat_hash_map<std::string, int64_t> vocab_;
@@ -472,7 +473,7 @@ absl::Status BpeTokenizer::ReadDecoder(const Json& d, const std::string& what) {
   return absl::OkStatus();
 }
 
-void BpeTokenizer::Finish() {
+absl::Status BpeTokenizer::Finish(const std::string& what) {
   for (const auto& [token, id] : vocab_) {
     vocab_size_ = std::max(vocab_size_, id + 1);
   }
@@ -483,6 +484,15 @@ void BpeTokenizer::Finish() {
   }
   for (int64_t id : prefix_ids_) vocab_size_ = std::max(vocab_size_, id + 1);
   for (int64_t id : suffix_ids_) vocab_size_ = std::max(vocab_size_, id + 1);
+  // Real vocabularies number their entries densely; ids far past their
+  // count would only size the id table (a file claiming id 2^31 - 1 once
+  // asked for 64 GB).
+  const int64_t entries = static_cast<int64_t>(vocab_.size() + added_.size());
+  if (vocab_size_ > 2 * entries + 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ids reach ", vocab_size_ - 1, " with only ", entries,
+        " tokens: a vocabulary's ids must be (nearly) dense"));
+  }
   token_of_.assign(vocab_size_, "");
   for (const auto& [token, id] : vocab_) token_of_[id] = token;
   if (!prefix_ids_.empty()) bos_id_ = prefix_ids_.front();
@@ -499,6 +509,7 @@ void BpeTokenizer::Finish() {
             : std::max<int64_t>(max_token_bytes_,
                                 static_cast<int64_t>(t.content.size()));
   }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- encoding
@@ -796,7 +807,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": unexpected JSON: ", e.what()));
   }
-  t->Finish();
+  OCTET_RETURN_IF_ERROR(t->Finish(what));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

@@ -131,6 +131,7 @@ TEST(BpeTokenizer, WhatOctetDoesNotImplementIsAnErrorNamingIt) {
       {"/added_tokens/0/content", "", "non-empty content"},
       {"/model/vocab", Json::object(), "non-empty object"},
       {"/model/vocab/t", "zero", "the id of 't'"},
+      {"/model/vocab/t", 2147483000, "must be (nearly) dense"},
   };
   for (const Case& c : cases) {
     Json j = SmallTokenizer();
