@@ -19,6 +19,11 @@ enum class DType : uint8_t {
   kE4m3,  // OCP float8 e4m3fn code (see kernels/fp8.h)
 };
 
+// A float type whose values are stored as they are (not e4m3 codes).
+constexpr bool IsFloat(DType t) {
+  return t == DType::kF32 || t == DType::kBf16 || t == DType::kF16;
+}
+
 constexpr size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32:

@@ -65,10 +65,6 @@ absl::StatusOr<std::vector<std::string>> ShardFiles(
       dir, ": no model.safetensors or model.safetensors.index.json"));
 }
 
-bool IsFloat(DType d) {
-  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
-}
-
 }  // namespace
 
 int64_t TensorView::num_elements() const {
@@ -231,16 +227,12 @@ float FloatAt(const TensorView& t, int64_t i) {
                                  : F16ToFloat(F16{bits});
 }
 
-bool IsFloatType(DType d) {
-  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
-}
-
 }  // namespace
 
 // (compressed-tensors writes scales in the model's dtype.)
 absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {
   OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(name));
-  if (!IsFloatType(t.dtype) || t.num_elements() != 1 || t.shape.size() > 1) {
+  if (!IsFloat(t.dtype) || t.num_elements() != 1 || t.shape.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(t.file, ": tensor '", name,
                      "' must be a scalar F32, BF16 or F16 (shape [] or [1])"));
@@ -254,7 +246,7 @@ absl::StatusOr<std::vector<float>> Checkpoint::GetRowScales(
   const bool shape_ok =
       (t.shape.size() == 1 && t.shape[0] == rows) ||
       (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == 1);
-  if (!IsFloatType(t.dtype) || !shape_ok) {
+  if (!IsFloat(t.dtype) || !shape_ok) {
     return absl::InvalidArgumentError(absl::StrCat(
         t.file, ": tensor '", name, "' must be F32, BF16 or F16 of shape [",
         rows, ", 1] (one scale per row)"));

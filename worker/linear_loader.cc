@@ -20,10 +20,6 @@
 namespace octet {
 namespace {
 
-bool IsFloat(DType d) {
-  return d == DType::kF32 || d == DType::kBf16 || d == DType::kF16;
-}
-
 // Host staging of one weight, then one upload.
 absl::StatusOr<DeviceBuffer> Upload(Backend& backend, const void* data,
                                     size_t bytes) {
