@@ -183,6 +183,18 @@ class Backend {
                             const int32_t* positions,
                             const float* inv_freq) = 0;
 
+  // In place on `heads` heads of `head_dim` per row, the first at x + row *
+  // row_stride (Rope's layout): each head becomes RmsNorm of it with
+  // `weight` (binary32 [head_dim]), as RmsNorm does a row. Qwen3's q/k norms.
+  virtual absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                                    int64_t head_dim, int64_t row_stride,
+                                    const float* weight, float eps) = 0;
+
+  // x[r][c] += bias[c] for `rows` rows of `cols` activations; bias is
+  // binary32 [cols]. Qwen2's q/k/v biases.
+  virtual absl::Status AddBias(void* x, const float* bias, int64_t rows,
+                               int64_t cols) = 0;
+
   // out[r][i] = silu(x[r][i]) * x[r][cols + i] for a row [gate | up] of
   // 2 * cols.
   virtual absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,

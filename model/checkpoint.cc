@@ -84,6 +84,15 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
     out.push_back({p + "self_attn.q_proj.weight", {q, h}, true});
     out.push_back({p + "self_attn.k_proj.weight", {kv, h}, true});
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}, true});
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}, false});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}, false});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}, false});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, false});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, false});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {h, q}, true});
     out.push_back({p + "post_attention_layernorm.weight", {h}, false});
     out.push_back({p + "mlp.gate_proj.weight", {ff, h}, true});

@@ -80,6 +80,28 @@ absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
   return r.Error("torch_dtype", "must be float32, bfloat16 or float16");
 }
 
+// The architectures octet serves, with what sets each apart.
+struct Architecture {
+  const char* name;
+  const char* model_type;
+  bool qkv_bias, qk_norm;
+  int64_t default_head_dim;  // 0: hidden_size / num_attention_heads
+};
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", false, false, 0},
+    {"MistralForCausalLM", "mistral", false, false, 0},
+    {"Qwen2ForCausalLM", "qwen2", true, false, 0},
+    // transformers' Qwen3Config: head_dim 128 unless given.
+    {"Qwen3ForCausalLM", "qwen3", false, true, 128},
+};
+
+const Architecture* FindArchitecture(absl::string_view name) {
+  for (const Architecture& a : kArchitectures) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
 // Reads "architectures": exactly one, and one octet serves.
 absl::Status ReadArchitecture(const Reader& r, ModelConfig* c) {
   const Json* arch = r.Find("architectures");
@@ -88,13 +110,17 @@ absl::Status ReadArchitecture(const Reader& r, ModelConfig* c) {
     return r.Error("architectures", "must list exactly one architecture");
   }
   c->architecture = (*arch)[0].get<std::string>();
-  if (c->architecture != "LlamaForCausalLM" &&
-      c->architecture != "MistralForCausalLM") {
-    return r.Error("architectures",
-                   absl::StrCat("names ", c->architecture,
-                                "; octet serves LlamaForCausalLM and "
-                                "MistralForCausalLM"));
+  const Architecture* a = FindArchitecture(c->architecture);
+  if (a == nullptr) {
+    std::string names;
+    for (const Architecture& known : kArchitectures) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", known.name);
+    }
+    return r.Error("architectures", absl::StrCat("names ", c->architecture,
+                                                 "; octet serves ", names));
   }
+  c->qkv_bias = a->qkv_bias;
+  c->qk_norm = a->qk_norm;
   return absl::OkStatus();
 }
 
@@ -121,6 +147,9 @@ absl::Status ReadShape(const Reader& r, ModelConfig* c) {
   }
   if (const Json* v = r.Find("head_dim")) {
     OCTET_ASSIGN_OR_RETURN(c->head_dim, r.PositiveInt("head_dim", *v));
+  } else if (const int64_t d =
+                 FindArchitecture(c->architecture)->default_head_dim) {
+    c->head_dim = d;
   } else {
     if (c->hidden_size % c->num_heads != 0) {
       return r.Error("hidden_size",
@@ -221,11 +250,23 @@ absl::Status ReadRopeScaling(const Reader& r, absl::string_view path,
   return absl::OkStatus();
 }
 
-// Reads Mistral's sliding_window. As transformers: only Mistral has a window
-// (LlamaConfig has no such field), 4096 when the key is absent, none when it
-// is null.
+// Reads Mistral's sliding_window. As transformers: only Mistral has one
+// window for every layer (LlamaConfig has no such field), 4096 when the key
+// is absent, none when it is null. Qwen2 and Qwen3 window only the layers
+// above max_window_layers, and only with use_sliding_window, which octet
+// refuses.
 absl::Status ReadSlidingWindow(const Json& root, const Reader& r,
                                ModelConfig* c) {
+  if (c->architecture == "Qwen2ForCausalLM" ||
+      c->architecture == "Qwen3ForCausalLM") {
+    OCTET_ASSIGN_OR_RETURN(const bool windowed,
+                           r.Bool("use_sliding_window", false));
+    if (windowed) {
+      return r.Error("use_sliding_window",
+                     "is true; per-layer sliding windows are not supported");
+    }
+    return absl::OkStatus();
+  }
   if (c->architecture != "MistralForCausalLM") return absl::OkStatus();
   int64_t w = 4096;
   if (!root.contains("sliding_window")) {
@@ -549,8 +590,8 @@ std::string QuantizationScheme(const ModelConfig& config,
 std::string ModelConfigToJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = {c.architecture};
-  j["model_type"] =
-      c.architecture == "MistralForCausalLM" ? "mistral" : "llama";
+  const Architecture* arch = FindArchitecture(c.architecture);
+  j["model_type"] = arch != nullptr ? arch->model_type : "llama";
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_layers;
@@ -578,8 +619,15 @@ std::string ModelConfigToJson(const ModelConfig& c) {
                      : c.torch_dtype == DType::kF16 ? "float16"
                                                     : "bfloat16";
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (c.architecture == "Qwen2ForCausalLM" ||
+      c.architecture == "Qwen3ForCausalLM") {
+    j["use_sliding_window"] = false;  // Qwen2's biases are implied
+  }
+  if (c.architecture != "Qwen2ForCausalLM") j["attention_bias"] = false;
+  if (c.architecture != "Qwen2ForCausalLM" &&
+      c.architecture != "Qwen3ForCausalLM") {
+    j["mlp_bias"] = false;
+  }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_ids.size() == 1) {
     j["eos_token_id"] = c.eos_token_ids[0];

@@ -1,9 +1,13 @@
 // A Llama-family model's shape and numerics, read from a Hugging Face
-// config.json (LlamaForCausalLM, MistralForCausalLM).
+// config.json (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM). The four share one forward pass (worker/llama_model.h);
+// what sets them apart is a flag each: Mistral's sliding window, Qwen2's
+// q/k/v biases, Qwen3's per-head q/k RMSNorm.
 //
 // Fields the forward pass depends on are validated; anything octet does not
-// implement (another architecture, attention biases, another rope scaling,
-// block-wise FP8 ...) is an error naming the field, never silently ignored.
+// implement (another architecture, o_proj or MLP biases, another rope
+// scaling, per-layer sliding windows, block-wise FP8 ...) is an error naming
+// the field, never silently ignored.
 #pragma once
 
 #include <optional>
@@ -40,7 +44,9 @@ struct Fp8CheckpointConfig {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM" or "MistralForCausalLM"
+  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM" or
+  // "Qwen3ForCausalLM".
+  std::string architecture;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
@@ -53,6 +59,12 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
   std::optional<int64_t> sliding_window;  // Mistral v0.1
+  // Qwen2: q_proj, k_proj and v_proj have biases (*.bias, [rows]), added to
+  // the projection's output, never quantized.
+  bool qkv_bias = false;
+  // Qwen3: each query and key head is RMS-normalized over head_dim
+  // (self_attn.q_norm.weight, self_attn.k_norm.weight) before RoPE.
+  bool qk_norm = false;
   bool tie_word_embeddings = false;
   DType torch_dtype = DType::kBf16;  // kF32, kBf16 or kF16
   std::optional<int64_t> bos_token_id;

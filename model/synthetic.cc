@@ -9,7 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
 #include "kernels/status_macros.h"
@@ -88,6 +90,8 @@ struct Init {
 
 Init InitFor(const ModelConfig& c, const ExpectedTensor& t) {
   const absl::string_view n = t.name;
+  // Biases (Qwen2's q/k/v) of the order of the projections' outputs.
+  if (absl::EndsWith(t.name, ".bias")) return {0.0f, 0.5f};
   if (t.shape.size() == 1) return {1.0f, 0.05f};  // RMSNorm weights
   const float fan_in = static_cast<float>(t.shape[1]);
   if (n == "model.embed_tokens.weight") {
@@ -139,7 +143,8 @@ absl::Status WriteTensorData(SafetensorsWriter& w, const ExpectedTensor& t,
 }  // namespace
 
 std::vector<std::string> SyntheticPresetNames() {
-  return {"tiny", "tiny-mistral", "llama-1b", "mistral-7b"};
+  return {"tiny",       "tiny-mistral", "tiny-qwen2",
+          "tiny-qwen3", "llama-1b",     "mistral-7b"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
@@ -155,6 +160,20 @@ absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
     ModelConfig c = Base("MistralForCausalLM", 96, 3, 6, 2, 16, 192, 384, 1024);
     c.sliding_window = 48;
     c.rms_norm_eps = 1e-6;
+    return c;
+  }
+  if (name == "tiny-qwen2") {  // q/k/v biases
+    ModelConfig c = Base("Qwen2ForCausalLM", 64, 2, 4, 2, 16, 192, 512, 1024);
+    c.qkv_bias = true;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
+    return c;
+  }
+  if (name == "tiny-qwen3") {  // q/k norms; heads wider than hidden / heads
+    ModelConfig c = Base("Qwen3ForCausalLM", 64, 2, 4, 2, 32, 192, 512, 1024);
+    c.qk_norm = true;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
     return c;
   }
   if (name == "llama-1b") {  // Llama 3.2 1B
@@ -174,8 +193,8 @@ absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
     return c;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown preset '", name,
-                   "' (tiny, tiny-mistral, llama-1b, mistral-7b)"));
+      absl::StrCat("unknown preset '", name, "' (",
+                   absl::StrJoin(SyntheticPresetNames(), ", "), ")"));
 }
 
 absl::StatusOr<std::string> TrainSyntheticTokenizer(int64_t vocab_size) {

@@ -23,8 +23,9 @@
 namespace octet {
 
 // "tiny" (Llama 3 style: GQA, llama3 rope scaling, tied embeddings),
-// "tiny-mistral" (sliding window, untied), "llama-1b" (Llama 3.2 1B's shapes),
-// "mistral-7b" (Mistral 7B v0.1's shapes).
+// "tiny-mistral" (sliding window, untied), "tiny-qwen2" (q/k/v biases),
+// "tiny-qwen3" (q/k norms, head_dim above hidden / heads), "llama-1b"
+// (Llama 3.2 1B's shapes), "mistral-7b" (Mistral 7B v0.1's shapes).
 std::vector<std::string> SyntheticPresetNames();
 absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name);
 

@@ -1,6 +1,7 @@
 // octet: the user CLI.
 //
-//   octet make-model --preset tiny|tiny-mistral|llama-1b|mistral-7b --out DIR
+//   octet make-model --preset tiny|tiny-mistral|tiny-qwen2|tiny-qwen3|
+//                             llama-1b|mistral-7b --out DIR
 //                    [--dtype bf16|fp16|fp32] [--seed N]
 //                    [--tokenizer sentencepiece|json|none]
 //   octet quantize --in DIR --out DIR [--scheme fp8-tensor|fp8-channel-token]

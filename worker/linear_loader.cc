@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -488,13 +489,31 @@ absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
 absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
                                            const std::string& name,
                                            Backend& backend) {
-  OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(name));
-  if (!IsFloat(t.dtype) || t.shape.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(t.file, ": tensor '", name, "' must be a float vector"));
+  return LoadVectorF32(ckpt, std::vector<std::string>{name}, backend);
+}
+
+absl::StatusOr<DeviceBuffer> LoadVectorF32(
+    const Checkpoint& ckpt, const std::vector<std::string>& parts,
+    Backend& backend, const WeightSlice& slice) {
+  std::vector<float> v;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(parts[i]));
+    if (!IsFloat(t.dtype) || t.shape.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.file, ": tensor '", parts[i], "' must be a float vector"));
+    }
+    const std::vector<float> all = ToFloat(t);
+    ckpt.ReleasePages(parts[i]);
+    int64_t first = 0, last = t.shape[0];
+    if (!slice.rows.empty()) std::tie(first, last) = slice.rows.at(i);
+    if (first < 0 || first > last || last > t.shape[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": tensor '", parts[i], "' has ", t.shape[0],
+                       " values; this rank's slice [", first, ", ", last,
+                       ") is outside them"));
+    }
+    v.insert(v.end(), all.begin() + first, all.begin() + last);
   }
-  const std::vector<float> v = ToFloat(t);
-  ckpt.ReleasePages(name);
   return Upload(backend, v.data(), v.size() * sizeof(float));
 }
 

@@ -84,6 +84,13 @@ absl::StatusOr<DeviceBuffer> LoadVectorF32(const Checkpoint& ckpt,
                                            const std::string& name,
                                            Backend& backend);
 
+// Float vectors (the biases of a fused projection) as one binary32 vector:
+// each part's values [first, second) of slice.rows (all of them when
+// slice.rows is empty), in order.
+absl::StatusOr<DeviceBuffer> LoadVectorF32(
+    const Checkpoint& ckpt, const std::vector<std::string>& parts,
+    Backend& backend, const WeightSlice& slice = {});
+
 // Host copies of a float tensor's values as binary32 (any float dtype).
 std::vector<float> ToFloat(const TensorView& t);
 

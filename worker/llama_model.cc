@@ -261,6 +261,22 @@ absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
   OCTET_ASSIGN_OR_RETURN(
       layer.post_norm,
       LoadVectorF32(ckpt, p + "post_attention_layernorm.weight", backend_));
+  if (config_.qkv_bias) {  // sliced with the rows of q, k and v
+    OCTET_ASSIGN_OR_RETURN(
+        layer.qkv_bias,
+        LoadVectorF32(ckpt,
+                      {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
+                       p + "self_attn.v_proj.bias"},
+                      backend_, slices.qkv));
+  }
+  if (config_.qk_norm) {  // over head_dim: every rank's heads alike
+    OCTET_ASSIGN_OR_RETURN(
+        layer.q_norm,
+        LoadVectorF32(ckpt, p + "self_attn.q_norm.weight", backend_));
+    OCTET_ASSIGN_OR_RETURN(
+        layer.k_norm,
+        LoadVectorF32(ckpt, p + "self_attn.k_norm.weight", backend_));
+  }
   struct Fused {
     LinearWeight* dst;
     std::vector<std::string> parts;
@@ -349,7 +365,8 @@ uint64_t LlamaModel::WeightBytes() const {
     total += lm_head_.data.bytes() + lm_head_.scale.bytes();
   }
   for (const Layer& l : layers_) {
-    total += l.input_norm.bytes() + l.post_norm.bytes();
+    total += l.input_norm.bytes() + l.post_norm.bytes() + l.qkv_bias.bytes() +
+             l.q_norm.bytes() + l.k_norm.bytes();
     for (const LinearWeight* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
       total += w->data.bytes() + w->scale.bytes() + w->input_scale.bytes();
     }
@@ -759,6 +776,16 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
   void* q = s.qkv.data();
   void* k = Offset(q, q_width, act);
   void* v = Offset(q, q_width + kv_width, act);
+  if (c.qkv_bias) {
+    OCTET_RETURN_IF_ERROR(
+        backend_.AddBias(q, layer.qkv_bias.as<float>(), tokens, qkv_width));
+  }
+  if (c.qk_norm) {
+    OCTET_RETURN_IF_ERROR(backend_.RmsNormHeads(q, tokens, heads, hd, qkv_width,
+                                                layer.q_norm.as<float>(), eps));
+    OCTET_RETURN_IF_ERROR(backend_.RmsNormHeads(
+        k, tokens, kv_heads, hd, qkv_width, layer.k_norm.as<float>(), eps));
+  }
   OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads, hd, qkv_width,
                                       meta.positions, inv_freq_.as<float>()));
   OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, kv_heads, hd, qkv_width,

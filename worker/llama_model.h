@@ -1,7 +1,8 @@
-// The Llama-family forward pass (Llama 2/3, Mistral) on one backend, written
-// once for every backend (kernels/backend.h).
+// The Llama-family forward pass (Llama 2/3, Mistral, Qwen2, Qwen3) on one
+// backend, written once for every backend (kernels/backend.h).
 //
-// Per layer: x = RMSNorm(h); qkv = x·Wqkvᵀ; RoPE on q and k; k, v into the
+// Per layer: x = RMSNorm(h); qkv = x·Wqkvᵀ (+ the q/k/v biases, Qwen2);
+// RMSNorm on each q and k head (Qwen3); RoPE on q and k; k, v into the
 // paged cache; attention over the cache; h += attn·Woᵀ; x = RMSNorm(h);
 // h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ. Then RMSNorm and the lm_head on the
 // last new token of each sequence. q/k/v and gate/up are fused into one GEMM
@@ -154,6 +155,8 @@ class LlamaModel {
  private:
   struct Layer {
     DeviceBuffer input_norm, post_norm;  // binary32
+    DeviceBuffer qkv_bias;               // binary32, this rank's rows; Qwen2
+    DeviceBuffer q_norm, k_norm;         // binary32 [head_dim]; Qwen3
     LinearWeight qkv, o, gate_up, down;
     // FP8: every rank's o / down weight has the same scale, so the ranks
     // add unscaled sums and scale once after the all-reduce.

@@ -122,6 +122,18 @@ class CpuBackend : public Backend {
                  positions, inv_freq);
     return absl::OkStatus();
   }
+  absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                            int64_t head_dim, int64_t row_stride,
+                            const float* weight, float eps) override {
+    cpu::RmsNormHeadsRef(static_cast<float*>(x), rows, heads, head_dim,
+                         row_stride, weight, eps);
+    return absl::OkStatus();
+  }
+  absl::Status AddBias(void* x, const float* bias, int64_t rows,
+                       int64_t cols) override {
+    cpu::AddBiasRef(static_cast<float*>(x), bias, rows, cols);
+    return absl::OkStatus();
+  }
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
     cpu::SiluMulRef(static_cast<const float*>(x), rows, cols,

@@ -63,6 +63,21 @@ void RopeRef(float* x, int64_t rows, int64_t heads, int64_t head_dim,
   }
 }
 
+void RmsNormHeadsRef(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                     int64_t row_stride, const float* weight, float eps) {
+  // A row's heads lie side by side: RmsNorm's rows of head_dim, in place.
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * row_stride;
+    RmsNormRef(xr, weight, heads, head_dim, eps, xr, /*threads=*/1);
+  }
+}
+
+void AddBiasRef(float* x, const float* bias, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] += bias[c];
+  }
+}
+
 void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = x + r * 2 * cols;

@@ -25,6 +25,11 @@ void RopeRef(float* x, int64_t rows, int64_t heads, int64_t head_dim,
              int64_t row_stride, const int32_t* positions,
              const float* inv_freq);
 
+void RmsNormHeadsRef(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                     int64_t row_stride, const float* weight, float eps);
+
+void AddBiasRef(float* x, const float* bias, int64_t rows, int64_t cols);
+
 void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out);
 
 void WriteKvRef(const float* k, const float* v, int64_t row_stride,

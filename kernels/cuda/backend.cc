@@ -146,6 +146,18 @@ class CudaBackend : public Backend {
     return cuda::Rope(x, rows, heads, head_dim, row_stride, positions, inv_freq,
                       stream_);
   }
+  absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                            int64_t head_dim, int64_t row_stride,
+                            const float* weight, float eps) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return cuda::RmsNormHeads(x, rows, heads, head_dim, row_stride, weight, eps,
+                              stream_);
+  }
+  absl::Status AddBias(void* x, const float* bias, int64_t rows,
+                       int64_t cols) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return cuda::AddBias(x, bias, rows, cols, stream_);
+  }
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

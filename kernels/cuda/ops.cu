@@ -60,10 +60,10 @@ __device__ float BlockSum(float v) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    RmsNormKernel(const bf16* x, const float* w, int64_t cols, float eps,
-                  bf16* out) {
-  const bf16* xr = x + blockIdx.x * cols;
+// One row of RmsNorm by the whole block; `out` may be `xr` (every value is
+// read before BlockSum's barrier, and each thread rewrites only its own).
+__device__ void NormRow(const bf16* xr, const float* w, int64_t cols, float eps,
+                        bf16* out) {
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     const float v = Load(xr, c);
@@ -71,8 +71,23 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + eps);
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-    Store(out + blockIdx.x * cols, c, Load(xr, c) * inv * w[c]);
+    Store(out, c, Load(xr, c) * inv * w[c]);
   }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    RmsNormKernel(const bf16* x, const float* w, int64_t cols, float eps,
+                  bf16* out) {
+  NormRow(x + blockIdx.x * cols, w, cols, eps, out + blockIdx.x * cols);
+}
+
+// A block per (row, head), in place.
+__global__ void __launch_bounds__(kThreads)
+    RmsNormHeadsKernel(bf16* x, int64_t heads, int64_t head_dim,
+                       int64_t row_stride, const float* w, float eps) {
+  const int64_t r = blockIdx.x / heads, h = blockIdx.x % heads;
+  bf16* head = x + r * row_stride + h * head_dim;
+  NormRow(head, w, head_dim, eps, head);
 }
 
 __device__ float BlockMax(float v) {
@@ -184,6 +199,14 @@ __global__ void RopeKernel(bf16* x, int64_t rows, int64_t heads, int64_t half,
     const float a = Load(v, f), b = Load(v, f + half);
     Store(v, f, a * c - b * s);
     Store(v, f + half, b * c + a * s);
+  }
+}
+
+__global__ void AddBiasKernel(bf16* x, const float* bias, int64_t rows,
+                              int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       i < rows * cols; i += int64_t{gridDim.x} * blockDim.x) {
+    Store(x, i, Load(x, i) + bias[i % cols]);
   }
 }
 
@@ -592,6 +615,29 @@ absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
   RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(
       static_cast<bf16*>(x), rows, heads, head_dim / 2, row_stride, positions,
       inv_freq);
+  OCTET_LAUNCHED();
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                          int64_t head_dim, int64_t row_stride,
+                          const float* weight, float eps, cudaStream_t stream) {
+  const int64_t blocks = rows * heads;
+  if (blocks == 0) return absl::OkStatus();
+  if (blocks > int64_t{0x7FFFFFFF}) {
+    return absl::InvalidArgumentError("RmsNormHeads: too many heads");
+  }
+  RmsNormHeadsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      static_cast<bf16*>(x), heads, head_dim, row_stride, weight, eps);
+  OCTET_LAUNCHED();
+  return absl::OkStatus();
+}
+
+absl::Status AddBias(void* x, const float* bias, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+  if (rows * cols == 0) return absl::OkStatus();
+  AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(
+      static_cast<bf16*>(x), bias, rows, cols);
   OCTET_LAUNCHED();
   return absl::OkStatus();
 }

@@ -23,6 +23,11 @@ absl::Status Add(void* x, const void* y, int64_t count, cudaStream_t stream);
 absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
                   int64_t row_stride, const int32_t* positions,
                   const float* inv_freq, cudaStream_t stream);
+absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                          int64_t head_dim, int64_t row_stride,
+                          const float* weight, float eps, cudaStream_t stream);
+absl::Status AddBias(void* x, const float* bias, int64_t rows, int64_t cols,
+                     cudaStream_t stream);
 absl::Status SiluMul(const void* x, int64_t rows, int64_t cols, void* out,
                      cudaStream_t stream);
 absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,

@@ -141,6 +141,35 @@ TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
   ExpectNear(rope[1], rope[0], 0x1p-7, 2e-3, "Rope");  // device sincosf vs libm
 }
 
+// Qwen's additions: q/k norms over each head of a strided row (only the
+// heads' values change; the columns between rows keep theirs) and biases.
+TEST_F(CudaOpsTest, HeadNormsAndBiasesMatchTheCpu) {
+  const int64_t tokens = 7, heads = 3, head_dim = 64, stride = 5 * head_dim;
+  const std::vector<float> x = NormalBf16Values(tokens * stride, 8);
+  const std::vector<float> w = NormalBf16Values(head_dim, 9);
+  const std::vector<float> bias = NormalBf16Values(stride, 10);
+  std::vector<std::vector<float>> normed(2), biased(2);
+  int i = 0;
+  for (Backend* b : {cpu_.get(), gpu_.get()}) {
+    DeviceBuffer dx = Act(*b, x), dw = Buf(*b, w), db = Buf(*b, bias);
+    ASSERT_TRUE(b->RmsNormHeads(dx.data(), tokens, heads, head_dim, stride,
+                                dw.as<float>(), 1e-6f)
+                    .ok());
+    normed[i] = Read(*b, dx, tokens * stride);
+    DeviceBuffer dy = Act(*b, x);
+    ASSERT_TRUE(b->AddBias(dy.data(), db.as<float>(), tokens, stride).ok());
+    biased[i] = Read(*b, dy, tokens * stride);
+    ++i;
+  }
+  ExpectNear(normed[1], normed[0], 0x1p-7, 1e-6, "RmsNormHeads");
+  for (int64_t t = 0; t < tokens; ++t) {  // untouched past the heads
+    for (int64_t c = heads * head_dim; c < stride; ++c) {
+      ASSERT_EQ(normed[1][t * stride + c], x[t * stride + c]) << t << "," << c;
+    }
+  }
+  ExpectNear(biased[1], biased[0], 0x1p-8, 0, "AddBias");  // one rounding
+}
+
 TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
   // The FP8 linear steps with one scale per sequence: three sequences of 3,
   // 1 and 9 rows whose activations differ in size (the GPU's per-row kernels

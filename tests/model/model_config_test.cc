@@ -1,5 +1,5 @@
-// config.json parsing: the Llama and Mistral fields octet uses, and a clear
-// error for every field it cannot honour.
+// config.json parsing: the Llama, Mistral, Qwen2 and Qwen3 fields octet
+// uses, and a clear error for every field it cannot honour.
 #include "model/model_config.h"
 
 #include <gtest/gtest.h>
@@ -122,6 +122,87 @@ TEST(ModelConfig, ParsesMistralAndDefaults) {
   j["architectures"] = {"LlamaForCausalLM"};
   j["sliding_window"] = 1024;
   EXPECT_FALSE(Parse(j)->sliding_window.has_value());
+}
+
+// Qwen2.5-0.5B-Instruct's config.json and Qwen3-0.6B's, as published.
+Json Qwen25() {
+  return Json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+    "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
+    "max_position_embeddings": 32768, "max_window_layers": 21,
+    "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+Json Qwen3() {
+  return Json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(ModelConfig, ParsesQwen2WithItsBiases) {
+  absl::StatusOr<ModelConfig> c = Parse(Qwen25());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->head_dim, 64);  // 896 / 14
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  // sliding_window is only read with use_sliding_window, which octet refuses.
+  EXPECT_FALSE(c->sliding_window.has_value());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{151645});
+  Json j = Qwen25();
+  j["use_sliding_window"] = true;
+  ExpectError(j, "'use_sliding_window' is true");
+}
+
+TEST(ModelConfig, ParsesQwen3WithItsHeadNorms) {
+  absl::StatusOr<ModelConfig> c = Parse(Qwen3());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->head_dim, 128);  // not 1024 / 16
+  EXPECT_FALSE(c->rope_scaling.has_value());
+  Json j = Qwen3();
+  j.erase("head_dim");  // transformers' Qwen3Config default
+  EXPECT_EQ(Parse(j)->head_dim, 128);
+  j = Qwen3();
+  j["attention_bias"] = true;  // q/k/v and o biases: not built
+  ExpectError(j, "'attention_bias' is true");
+  j = Qwen3();
+  j["use_sliding_window"] = true;
+  ExpectError(j, "'use_sliding_window' is true");
+}
+
+// What make-model writes for the Qwen presets reads back as it was.
+TEST(ModelConfig, QwenPresetsRoundTrip) {
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3"}) {
+    const ModelConfig want = *SyntheticPreset(preset);
+    absl::StatusOr<ModelConfig> got =
+        ParseModelConfig(ModelConfigToJson(want), "m/config.json");
+    ASSERT_TRUE(got.ok()) << preset << ": " << got.status();
+    EXPECT_EQ(got->architecture, want.architecture);
+    EXPECT_EQ(got->qkv_bias, want.qkv_bias) << preset;
+    EXPECT_EQ(got->qk_norm, want.qk_norm) << preset;
+    EXPECT_EQ(got->head_dim, want.head_dim) << preset;
+    const Json j = Json::parse(ModelConfigToJson(want));
+    EXPECT_EQ(j["model_type"],
+              preset == std::string("tiny-qwen2") ? "qwen2" : "qwen3");
+  }
 }
 
 TEST(ModelConfig, ParsesFp8QuantizationConfig) {

@@ -131,6 +131,17 @@ class CapturingBackend : public Backend {
                           inv_freq);
     });
   }
+  absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
+                            int64_t head_dim, int64_t stride, const float* w,
+                            float eps) override {
+    return Do([=, this] {
+      return inner_->RmsNormHeads(x, rows, heads, head_dim, stride, w, eps);
+    });
+  }
+  absl::Status AddBias(void* x, const float* bias, int64_t rows,
+                       int64_t cols) override {
+    return Do([=, this] { return inner_->AddBias(x, bias, rows, cols); });
+  }
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
     return Do([=, this] { return inner_->SiluMul(x, rows, cols, out); });

@@ -11,12 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/backend.h"
+#include "model/synthetic.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
-#include "model/synthetic.h"
 
 namespace octet {
 namespace {
@@ -114,7 +114,8 @@ TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, CudaModelTest,
-                         ::testing::Values("tiny", "tiny-mistral"),
+                         ::testing::Values("tiny", "tiny-mistral", "tiny-qwen2",
+                                           "tiny-qwen3"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -3,7 +3,8 @@
 // contract's points (with the flipped activation codes counted), FP8 vs
 // unquantized agreement, and paged/batched decoding vs one sequence at a
 // time. Synthetic tiny checkpoints: Llama (GQA, llama3 rope scaling, tied
-// embeddings) and Mistral (sliding window shorter than the prompt).
+// embeddings), Mistral (sliding window shorter than the prompt), Qwen2 (q/k/v
+// biases) and Qwen3 (q/k norms, heads wider than hidden / heads).
 #include "worker/llama_model.h"
 
 #include <gtest/gtest.h>
@@ -286,15 +287,18 @@ TEST(LlamaModel, Fp8LmHeadNeedsTheFp8Method) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest,
                          ::testing::Values(Case{"tiny", 40},
-                                           Case{"tiny-mistral", 70}),
+                                           Case{"tiny-mistral", 70},
+                                           Case{"tiny-qwen2", 40},
+                                           Case{"tiny-qwen3", 40}),
                          [](const auto& info) {
                            std::string n = info.param.preset;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
 
-TEST(LlamaModel, ActivationsStayInARealisticRange) {
-  const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 9);
+// Synthetic weights must give activations and logits of trained models'
+// order, else the FP8 checks would measure nothing real.
+void ExpectRealisticActivations(const std::string& dir) {
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
   auto backend = NewCpuBackend();
@@ -314,6 +318,13 @@ TEST(LlamaModel, ActivationsStayInARealisticRange) {
   const double sd = std::sqrt(var / logits.size());
   EXPECT_GT(sd, 0.1) << "logits collapsed";
   EXPECT_LT(sd, 20.0) << "logits exploded";
+}
+
+TEST(LlamaModel, ActivationsStayInARealisticRange) {
+  for (const char* preset : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+    SCOPED_TRACE(preset);
+    ExpectRealisticActivations(MakeCheckpoint(preset, DType::kBf16, 9));
+  }
 }
 
 TEST(LlamaModel, RejectsBadSteps) {

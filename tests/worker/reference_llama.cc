@@ -178,6 +178,26 @@ ReferenceResult ReferenceForward(const Checkpoint& ckpt,
         fp8);
     Matrix qkv = Apply(qkv_w, a_in, n, fp8, &result.codes);
     const int64_t width = (nh + 2 * nkv) * hd;
+    if (c.qkv_bias) {  // Qwen2: after the projection, unquantized
+      Matrix bias;
+      for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
+        const Matrix b = Load(ckpt, p + "self_attn." + part + ".bias");
+        bias.insert(bias.end(), b.begin(), b.end());
+      }
+      for (int64_t i = 0; i < n * width; ++i) qkv[i] += bias[i % width];
+    }
+    if (c.qk_norm) {  // Qwen3: each q and k head normalized before RoPE
+      const Matrix qn = Load(ckpt, p + "self_attn.q_norm.weight");
+      const Matrix kn = Load(ckpt, p + "self_attn.k_norm.weight");
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t head = 0; head < nh + nkv; ++head) {
+          double* v = &qkv[t * width + head * hd];
+          const Matrix normed = RmsNorm(Matrix(v, v + hd), head < nh ? qn : kn,
+                                        1, hd, c.rms_norm_eps);
+          std::copy(normed.begin(), normed.end(), v);
+        }
+      }
+    }
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t head = 0; head < nh + nkv; ++head) {  // q heads then k heads
         Rotate(&qkv[t * width + head * hd], hd, t, freq);

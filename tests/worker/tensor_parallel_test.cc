@@ -1,6 +1,6 @@
 // Tensor parallelism on the CPU between real processes (one tp_rank per
 // rank, Gloo over loopback; FP8 and lost ranks over shared memory too): TP =
-// 2 and 4 against TP = 1 on the tiny presets.
+// 2 and 4 against TP = 1 on the tiny presets (Llama, Mistral, Qwen2, Qwen3).
 // Row-parallel sums are TP-invariant (kernels/tree_sum.h), so:
 //   unquantized: every logit equal to TP = 1's bit for bit, the same 64
 //     greedy tokens;
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu/backend.h"
@@ -60,7 +61,8 @@ class TensorParallelTest : public ::testing::Test {
   static void SetUpTestSuite() {
     base_ = new fs::path(fs::temp_directory_path() /
                          absl::StrCat("octet_tp_", ::getpid()));
-    for (const char* preset : {"tiny", "tiny-mistral"}) {
+    for (const char* preset :
+         {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
       ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset(preset),
                                            {.seed = 5},
                                            (*base_ / preset).string())
@@ -306,7 +308,8 @@ std::vector<uint8_t> ExpectedShard(const ModelConfig& c, const ShardPlan& p,
 }
 
 TEST_F(TensorParallelTest, UnquantizedMatchesOneRank) {
-  for (const char* preset : {"tiny", "tiny-mistral"}) {
+  for (const char* preset :
+       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
     const TpResults one = Single(preset, LinearMethod::kNone);
     for (int size : {2, 4}) {
       if (std::string(preset) == "tiny-mistral" && size == 4) continue;
@@ -334,13 +337,19 @@ TEST_F(TensorParallelTest, Fp8GlobalScalesAgreeAcrossRanksAndWithOneRank) {
   // is all-reduced), and they are TP = 1's: the row-parallel sums are added
   // in the same order at every TP degree, and the ranks share the weight
   // scales, so the residual stream is TP = 1's bit for bit.
-  for (const char* preset : {"tiny", "tiny-mistral"}) {
+  for (const char* preset :
+       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+    const bool qwen = absl::StartsWith(preset, "tiny-qwen");
     const TpResults one = Single(preset, LinearMethod::kFp8);
     ASSERT_FALSE(one.scales.empty());
     ASSERT_FALSE(one.weight_codes.empty());
     for (auto [size, transport] :
          {std::pair{2, "gloo"}, {4, "gloo"}, {2, "shm"}, {4, "shm"}}) {
       if (std::string(preset) == "tiny-mistral" && size == 4) continue;
+      // Qwen's biases and norms are transport-blind: one transport each.
+      if (qwen && std::string(transport) == (size == 2 ? "gloo" : "shm")) {
+        continue;
+      }
       const std::vector<TpResults> ranks =
           Group(preset, size, "fp8", true, {}, nullptr, transport);
       ASSERT_EQ(ranks[0].scales.size(), one.scales.size());
