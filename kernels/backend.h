@@ -262,8 +262,7 @@ class Backend {
                                       const float* scale, uint8_t* q) = 0;
   // Row r of y = (q_r · Wᵀ) · (q_scale[g] · w.scale) for r's group g, in the
   // activation dtype (a static scale: one group). With w.scale_per_row,
-  // column c is scaled by q_scale[g] · w.scale[c] instead (backends without
-  // per-row weight scales answer Unimplemented).
+  // column c is scaled by q_scale[g] · w.scale[c] instead.
   virtual absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
                                 const RowGroups& groups, int64_t rows,
                                 const LinearWeight& w, void* y) = 0;

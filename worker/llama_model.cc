@@ -169,14 +169,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
         "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
         ", the most ", backend.Describe(), " attention supports"));
   }
-  if (config.fp8 && backend.kind() != DeviceKind::kCpu &&
-      (config.fp8->weight_per_channel || config.fp8->activation_per_token)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the FP8 scheme ", QuantizationScheme(config, "fp8"),
-        " (per-channel weight or per-token activation scales) is built for "
-        "CPU workers only, not ",
-        backend.Describe()));
-  }
   const WeightPolicy policy = MakeWeightPolicy(options, backend, plan.size);
   OCTET_RETURN_IF_ERROR(m->LoadTables(ckpt, policy));
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -216,9 +208,11 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
           "an FP8 lm_head needs the fp8 quantization method");
     }
     if (backend_.kind() != DeviceKind::kCpu) {
+      // GemmE4m3 writes the activation dtype: binary32 logits on the CPU
+      // only.
       return absl::UnimplementedError(absl::StrCat(
-          "an FP8 lm_head needs per-row weight scales, built only for the "
-          "CPU backend, not ",
+          "an FP8 lm_head is built only for the CPU backend (binary32 "
+          "logits), not ",
           backend_.Describe()));
     }
     // Tied embeddings keep their unquantized table for the lookups.

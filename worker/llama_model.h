@@ -69,7 +69,7 @@ struct ModelOptions {
   // FP8 lm_head (with method kFp8): the vocabulary projection quantized at
   // load with one scale per vocabulary row, its input per sequence, as the
   // layers' inputs are. Off by default: the unquantized head decides the
-  // tokens. CPU backend only (per-row weight scales).
+  // tokens. CPU backend only (binary32 logits from the e4m3 GEMM).
   bool quantize_lm_head = false;
   // Called on the loading thread after each layer (layers done, layers in
   // all): load progress for a person watching.

@@ -253,9 +253,11 @@ class CudaBackend : public Backend {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
-    if (w.scale_per_row) {
-      return absl::UnimplementedError(
-          "GemmE4m3: per-row weight scales are not built for CUDA yet");
+    if (w.scale_per_row) {  // each output column its weight row's scale
+      return gemm_->E4m3ColumnScales(
+          q, q_scale, groups.count == 1 ? nullptr : groups.row_group,
+          w.data.as<uint8_t>(), w.scale.as<float>(), rows, w.out, w.in, y,
+          DType::kBf16, stream_);
     }
     if (groups.count == 1) {
       return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),

@@ -349,19 +349,45 @@ absl::Status CublasLtGemm::E4m3RowGroups(
     const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
     const uint8_t* qb, const float* d_scale_b, int64_t m, int64_t n, int64_t k,
     void* y, DType y_dtype, cudaStream_t stream) {
-  const char* what = "CublasLtGemm::E4m3RowGroups";
+  if (d_row_group == nullptr) {
+    return absl::InvalidArgumentError(
+        "CublasLtGemm::E4m3RowGroups: null row map");
+  }
+  return ScaledE4m3(qa, d_scale_a, d_row_group, qb, d_scale_b, false, m, n, k,
+                    y, y_dtype, stream);
+}
+
+absl::Status CublasLtGemm::E4m3ColumnScales(
+    const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
+    const uint8_t* qb, const float* d_scale_b, int64_t m, int64_t n, int64_t k,
+    void* y, DType y_dtype, cudaStream_t stream) {
+  return ScaledE4m3(qa, d_scale_a, d_row_group, qb, d_scale_b, true, m, n, k, y,
+                    y_dtype, stream);
+}
+
+absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
+                                      const int32_t* d_row_group,
+                                      const uint8_t* qb, const float* d_scale_b,
+                                      bool b_per_column, int64_t m, int64_t n,
+                                      int64_t k, void* y, DType y_dtype,
+                                      cudaStream_t stream) {
+  const char* what = b_per_column ? "CublasLtGemm::E4m3ColumnScales"
+                                  : "CublasLtGemm::E4m3RowGroups";
   absl::Status s = CheckGemmArgs(qa, qb, m, n, k, y, y_dtype, what);
   if (!s.ok()) return s;
-  if (d_scale_a == nullptr || d_scale_b == nullptr || d_row_group == nullptr) {
+  if (d_scale_a == nullptr || d_scale_b == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": null scale pointer or row map"));
+        absl::StrCat(what, ": null scale pointer"));
   }
   if (m == 0 || n == 0) return absl::OkStatus();
-  if (k == 0)
-    return Run(true, m, n, k, y_dtype, qa, qb, d_scale_a, d_scale_b, y, stream);
-  // One GEMM where cuBLASLt takes outer-vector scales: row r's scale
-  // d_scale_a[g] · *d_scale_b (multiplied first, as the contract rounds) by
-  // a tiny kernel, the weights' columns scaled by ones.
+  if (k == 0) {
+    return Run(true, m, n, k, y_dtype, qa, qb, state_->one, state_->one, y,
+               stream);
+  }
+  // One GEMM where cuBLASLt takes outer-vector scales. Rows: d_scale_a[g],
+  // times *d_scale_b for a per-tensor weight (multiplied first, as the
+  // contract rounds), by a tiny kernel. Columns: ones, or the weight's
+  // per-column scales.
   if (m <= kMaxOuterRows && n <= kMaxOuterColumns) {
     const PlanKey key{
         .fp8 = true,
@@ -375,11 +401,12 @@ absl::Status CublasLtGemm::E4m3RowGroups(
     absl::StatusOr<Plan*> plan = state_->GetPlan(key);
     if (!plan.ok()) return plan.status();
     if (!(*plan)->fallback) {
-      s = CudaRowScales(d_scale_a, d_row_group, d_scale_b, m,
+      s = CudaRowScales(d_scale_a, d_row_group,
+                        b_per_column ? state_->one : d_scale_b, m,
                         state_->row_scales, stream);
       if (!s.ok()) return s;
-      return state_->Matmul(**plan, qa, qb, state_->row_scales, state_->ones, y,
-                            stream);
+      return state_->Matmul(**plan, qa, qb, state_->row_scales,
+                            b_per_column ? d_scale_b : state_->ones, y, stream);
     }
   }
   // Two passes: the unscaled product, then each row scaled.
@@ -400,8 +427,8 @@ absl::Status CublasLtGemm::E4m3RowGroups(
   s = Run(true, m, n, k, DType::kF32, qa, qb, state_->one, state_->one, sums,
           stream);
   if (!s.ok()) return s;
-  return CudaScaleRowGroups(sums, m, n, d_scale_a, d_row_group, d_scale_b, y,
-                            y_dtype, stream);
+  return CudaScaleRowGroups(sums, m, n, d_scale_a, d_row_group, d_scale_b,
+                            b_per_column, y, y_dtype, stream);
 }
 
 absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,

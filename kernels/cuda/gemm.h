@@ -86,6 +86,19 @@ class CublasLtGemm {
                              int64_t k, void* y, DType y_dtype,
                              cudaStream_t stream);
 
+  // E4m3RowGroups with one weight scale per output column (per-channel
+  // weights, compressed-tensors' "channel" strategy; d_scale_b device [n]):
+  // y[r][c] = (qa_r · qb_c) · (d_scale_a[g] · d_scale_b[c]). d_row_group may
+  // be null: one activation scale for every row. In one GEMM the weights'
+  // scales are cuBLASLt's outer vector along N, and cuBLASLt multiplies the
+  // two scales itself (its rounding, not necessarily the contract's
+  // scale-product-first); the two-pass path keeps the contract's order.
+  absl::Status E4m3ColumnScales(const uint8_t* qa, const float* d_scale_a,
+                                const int32_t* d_row_group, const uint8_t* qb,
+                                const float* d_scale_b, int64_t m, int64_t n,
+                                int64_t k, void* y, DType y_dtype,
+                                cudaStream_t stream);
+
   absl::Status Bf16(const octet::Bf16* a, const octet::Bf16* b, int64_t m,
                     int64_t n, int64_t k, void* y, DType y_dtype,
                     cudaStream_t stream);
@@ -101,6 +114,13 @@ class CublasLtGemm {
   absl::Status Run(bool fp8, int64_t m, int64_t n, int64_t k, DType y_dtype,
                    const void* a, const void* b, const float* d_scale_a,
                    const float* d_scale_b, void* y, cudaStream_t stream);
+  // E4m3RowGroups and E4m3ColumnScales: d_scale_b is one scale, or with
+  // b_per_column one per column of y.
+  absl::Status ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
+                          const int32_t* d_row_group, const uint8_t* qb,
+                          const float* d_scale_b, bool b_per_column, int64_t m,
+                          int64_t n, int64_t k, void* y, DType y_dtype,
+                          cudaStream_t stream);
 
   std::unique_ptr<State> state_;
 };

@@ -68,12 +68,13 @@ __global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
                                      const float* __restrict__ scale_a,
                                      const int32_t* __restrict__ row_group,
                                      const float* __restrict__ scale_b,
-                                     bool y_bf16, void* y) {
+                                     bool b_per_column, bool y_bf16, void* y) {
   const int64_t total = m * n;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += stride) {
-    const float scale = scale_a[row_group[i / n]] * *scale_b;
+    const int32_t g = row_group == nullptr ? 0 : row_group[i / n];
+    const float scale = scale_a[g] * scale_b[b_per_column ? i % n : 0];
     const float v = acc[i] * scale;
     if (y_bf16) {
       static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v);
@@ -91,15 +92,16 @@ __global__ void RowScalesKernel(const float* __restrict__ scale_a,
                                 float* __restrict__ out) {
   for (int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; r < m;
        r += int64_t{gridDim.x} * blockDim.x) {
-    out[r] = scale_a[row_group[r]] * *scale_b;  // ScaleRowGroupsKernel's scale
+    // ScaleRowGroupsKernel's scale
+    out[r] = scale_a[row_group == nullptr ? 0 : row_group[r]] * *scale_b;
   }
 }
 
 absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
                            const float* d_scale_b, int64_t m, float* out,
                            cudaStream_t stream) {
-  if (m < 0 || (m > 0 && (d_scale_a == nullptr || d_row_group == nullptr ||
-                          d_scale_b == nullptr || out == nullptr))) {
+  if (m < 0 || (m > 0 && (d_scale_a == nullptr || d_scale_b == nullptr ||
+                          out == nullptr))) {
     return absl::InvalidArgumentError(
         "CudaRowScales: negative rows or null operand");
   }
@@ -116,12 +118,12 @@ absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
 absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_a,
                                 const int32_t* d_row_group,
-                                const float* d_scale_b, void* y, DType y_dtype,
-                                cudaStream_t stream) {
+                                const float* d_scale_b, bool b_per_column,
+                                void* y, DType y_dtype, cudaStream_t stream) {
   if (m < 0 || n < 0 ||
       (m > 0 && n > 0 &&
-       (acc == nullptr || d_scale_a == nullptr || d_row_group == nullptr ||
-        d_scale_b == nullptr || y == nullptr)) ||
+       (acc == nullptr || d_scale_a == nullptr || d_scale_b == nullptr ||
+        y == nullptr)) ||
       (y_dtype != DType::kF32 && y_dtype != DType::kBf16)) {
     return absl::InvalidArgumentError(
         "CudaScaleRowGroups: bad shape, output type or null operand");
@@ -131,7 +133,8 @@ absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
   const int64_t blocks =
       std::min<int64_t>((m * n + kThreads - 1) / kThreads, int64_t{1} << 16);
   ScaleRowGroupsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      acc, m, n, d_scale_a, d_row_group, d_scale_b, y_dtype == DType::kBf16, y);
+      acc, m, n, d_scale_a, d_row_group, d_scale_b, b_per_column,
+      y_dtype == DType::kBf16, y);
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

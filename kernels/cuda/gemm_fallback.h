@@ -24,18 +24,21 @@ absl::Status CudaGemmBf16Fallback(const Bf16* a, const Bf16* b, int64_t m,
                                   cudaStream_t stream);
 
 // The epilogue of an e4m3 GEMM with one activation scale per group of rows
-// (CublasLtGemm::E4m3RowGroups): y[r][c] = acc[r][c] · (d_scale_a[g] ·
-// *d_scale_b) for row r's group g = d_row_group[r], the two scales
-// multiplied first and the result rounded once to y_dtype. acc is binary32
-// [m][n]; y may be acc itself when y_dtype is kF32.
+// (CublasLtGemm::E4m3RowGroups, E4m3ColumnScales): y[r][c] = acc[r][c] ·
+// (d_scale_a[g] · b) for row r's group g = d_row_group[r] (group 0 for every
+// row when d_row_group is null), where b is *d_scale_b, or d_scale_b[c] with
+// b_per_column (per-channel weight scales); the two scales multiplied first
+// and the result rounded once to y_dtype. acc is binary32 [m][n]; y may be
+// acc itself when y_dtype is kF32.
 absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_a,
                                 const int32_t* d_row_group,
-                                const float* d_scale_b, void* y, DType y_dtype,
-                                cudaStream_t stream);
+                                const float* d_scale_b, bool b_per_column,
+                                void* y, DType y_dtype, cudaStream_t stream);
 
-// out[r] = d_scale_a[d_row_group[r]] · *d_scale_b for r < m: the row scales
-// of E4m3RowGroups in one GEMM (cuBLASLt's outer-vector scales), the same
+// out[r] = d_scale_a[g] · *d_scale_b for r < m and its group g (as
+// CudaScaleRowGroups: 0 when d_row_group is null): the row scales of
+// E4m3RowGroups in one GEMM (cuBLASLt's outer-vector scales), the same
 // products CudaScaleRowGroups applies.
 absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
                            const float* d_scale_b, int64_t m, float* out,

@@ -11,6 +11,7 @@
 // cuBLASLt case prints its largest |error| / (|scale|·Σ|ab|) for that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -254,6 +255,71 @@ TEST(CudaGemm, RowGroupsRunAsOneGemmScalingEachSequence) {
     }
   }
   EXPECT_TRUE(said.empty()) << said[0];
+}
+
+// Per-channel weights (compressed-tensors' "channel"): column c of row r is
+// scaled by its group's activation scale times weight row c's scale, in one
+// GEMM where cuBLASLt takes the shape (N a multiple of 16) and in two passes
+// where it does not; with a row map (per-token scales) and without one (a
+// single scale).
+TEST(CudaGemm, ColumnScalesScaleEachOutputColumn) {
+  OCTET_REQUIRE_CUDA_DEVICE();
+  auto gemm = CublasLtGemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  for (const Case& c :
+       {Case{{40, 256, 512}, true}, Case{{40, 40, 48}, false}}) {
+    const Shape& s = c.shape;
+    const auto qa = RandomCodes(s.m * s.k, 21);
+    const auto qb = RandomCodes(s.n * s.k, 22);
+    std::vector<float> row_scales(s.m), col_scales(s.n);
+    std::vector<int32_t> row_group(s.m);
+    for (int64_t r = 0; r < s.m; ++r) {
+      row_group[r] = static_cast<int32_t>(r);  // per token
+      row_scales[r] = 0.01f * static_cast<float>(r + 1);
+    }
+    for (int64_t j = 0; j < s.n; ++j) {
+      col_scales[j] = 0.5f / static_cast<float>(j + 3);
+    }
+    DeviceBuffer da(qa.size()), db(qb.size()), dy(s.m * s.n * 4), dsa(s.m * 4),
+        dsb(s.n * 4), drows(s.m * 4);
+    ASSERT_TRUE(CopyToDevice(qa, da.get()) && CopyToDevice(qb, db.get()));
+    ASSERT_TRUE(CopyToDevice(row_scales, dsa.get()) &&
+                CopyToDevice(col_scales, dsb.get()) &&
+                CopyToDevice(row_group, drows.get()));
+    for (bool per_token : {true, false}) {
+      for (bool y_bf16 : {false, true}) {
+        const absl::Status st = (*gemm)->E4m3ColumnScales(
+            da.get<uint8_t>(), dsa.get<float>(),
+            per_token ? drows.get<int32_t>() : nullptr, db.get<uint8_t>(),
+            dsb.get<float>(), s.m, s.n, s.k, dy.get(),
+            y_bf16 ? DType::kBf16 : DType::kF32, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        OCTET_ASSERT_CUDA(cudaDeviceSynchronize());
+        EXPECT_EQ((*gemm)->LastPath(), c.expect_cublaslt
+                                           ? CublasLtGemm::Path::kCublasLt
+                                           : CublasLtGemm::Path::kFallback);
+        const std::vector<float> y = DeviceOutput(dy.get(), y_bf16, s);
+        // Each output element against its own dot product and scales.
+        double worst = 0;
+        for (int64_t r = 0; r < s.m; ++r) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            const float scale =
+                (per_token ? row_scales[r] : row_scales[0]) * col_scales[j];
+            auto a = [&](int64_t i) { return DecodeE4m3(qa[r * s.k + i]); };
+            auto b = [&](int64_t i) { return DecodeE4m3(qb[j * s.k + i]); };
+            double rel = 0;
+            ExpectGemmClose({y[r * s.n + j]}, Shape{1, 1, s.k}, a, b,
+                            double(scale), y_bf16,
+                            c.expect_cublaslt ? kFp8TensorCoreRel : 0,
+                            "e4m3 column scales", &rel);
+            worst = std::max(worst, rel);
+          }
+        }
+        Report(per_token ? "column scales, per token" : "column scales", s,
+               worst);
+      }
+    }
+  }
 }
 
 // K = 0 is an empty sum: every entry point writes zeros over what was there

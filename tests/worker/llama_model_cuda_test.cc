@@ -1,6 +1,7 @@
 // The model on the CUDA backend (bfloat16 activations) against the fp64
-// reference, and batched vs one-at-a-time decoding there. Skips without a
-// supported CUDA device.
+// reference (unquantized, FP8 per tensor, and compressed-tensors' per-channel
+// and per-token scheme), and batched vs one-at-a-time decoding there. Skips
+// without a supported CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
+#include "tools/fp8_export.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
 
@@ -68,6 +70,39 @@ TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinBf16Tolerance) {
         "[ measured ] cuda %s %s: max relative logit error vs fp64 %.3e\n",
         GetParam().c_str(), fp8 ? "fp8 (vs fake quantization)" : "none", err);
   }
+}
+
+// compressed-tensors' FP8_DYNAMIC (`octet quantize --scheme
+// fp8-channel-token`) on the GPU: per-channel weight scales in cuBLASLt's
+// outer vector, a scale per token, against the fake-quantized reference of
+// that scheme (on the float checkpoint it was written from).
+TEST_P(CudaModelTest, ChannelTokenSchemeMatchesItsReference) {
+  const fs::path dir =
+      fs::temp_directory_path() /
+      absl::StrCat("octet_cuda_ct_", ::getpid(), "_", GetParam());
+  Fp8ExportOptions channel_token;
+  channel_token.scheme = "fp8-channel-token";
+  ASSERT_TRUE(
+      ExportFp8Checkpoint(ckpt_->dir(), dir.string(), channel_token).ok());
+  auto ct = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ct.ok()) << ct.status();
+  std::mt19937 rng(4);
+  std::vector<int32_t> prompt(40);
+  for (auto& t : prompt) t = rng() % ckpt_->config().vocab_size;
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  auto model = LlamaModel::Load(**ct, *backend_, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto ref = testing::ReferenceForward(
+      *ckpt_, prompt, {.fp8 = true, .per_channel = true, .per_token = true});
+  const double err =
+      MaxRelError(LastLogits(**model, prompt), ref.logits.back());
+  EXPECT_LT(err, 0.1);  // as the per-tensor FP8 bound above: provisional
+  std::printf(
+      "[ measured ] cuda %s fp8-channel-token: max relative logit error vs "
+      "its fp64 reference %.3e\n",
+      GetParam().c_str(), err);
+  fs::remove_all(dir);
 }
 
 TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
