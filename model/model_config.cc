@@ -4,6 +4,8 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -68,8 +70,12 @@ class Reader {
   absl::string_view path_;
 };
 
-// Reads torch_dtype: bfloat16 when absent.
-absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
+// Reads torch_dtype, or dtype as transformers >= 5 names it: bfloat16 when
+// both are absent.
+absl::StatusOr<DType> ParseTorchDType(const Reader& r) {
+  const char* field =
+      r.Find("torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+  const Json* v = r.Find(field);
   if (v == nullptr) return DType::kBf16;
   if (v->is_string()) {
     const std::string s = v->get<std::string>();
@@ -77,7 +83,7 @@ absl::StatusOr<DType> ParseTorchDType(const Reader& r, const Json* v) {
     if (s == "bfloat16") return DType::kBf16;
     if (s == "float16") return DType::kF16;
   }
-  return r.Error("torch_dtype", "must be float32, bfloat16 or float16");
+  return r.Error(field, "must be float32, bfloat16 or float16");
 }
 
 // The architectures octet serves, with what sets each apart.
@@ -186,17 +192,14 @@ absl::Status CheckSizeBounds(const Reader& r, const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// Reads the numerics (eps, RoPE base, tying, dtype) and refuses the
-// activations and biases octet does not implement.
+// Reads the numerics (eps, tying, dtype) and refuses the activations and
+// biases octet does not implement.
 absl::Status ReadNumerics(const Reader& r, ModelConfig* c) {
   OCTET_ASSIGN_OR_RETURN(c->rms_norm_eps,
                          r.PositiveNumber("rms_norm_eps", 1e-6));
-  OCTET_ASSIGN_OR_RETURN(c->rope_theta,
-                         r.PositiveNumber("rope_theta", 10000.0));
   OCTET_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                          r.Bool("tie_word_embeddings", false));
-  OCTET_ASSIGN_OR_RETURN(c->torch_dtype,
-                         ParseTorchDType(r, r.Find("torch_dtype")));
+  OCTET_ASSIGN_OR_RETURN(c->torch_dtype, ParseTorchDType(r));
   if (const Json* act = r.Find("hidden_act");
       act != nullptr &&
       !(act->is_string() && act->get<std::string>() == "silu")) {
@@ -209,10 +212,11 @@ absl::Status ReadNumerics(const Reader& r, ModelConfig* c) {
   return absl::OkStatus();
 }
 
-// Reads the fields of a "llama3" rope_scaling object.
+// Reads the fields of a "llama3" rope_scaling (or rope_parameters) object.
 absl::StatusOr<RopeScaling> ReadLlama3Scaling(const Json& rs,
-                                              absl::string_view path) {
-  const std::string rs_path = absl::StrCat(path, ": rope_scaling");
+                                              absl::string_view path,
+                                              absl::string_view field) {
+  const std::string rs_path = absl::StrCat(path, ": ", field);
   const Reader rr(rs, rs_path);
   RopeScaling s;
   OCTET_ASSIGN_OR_RETURN(s.factor, rr.PositiveNumber("factor", 0));
@@ -229,24 +233,74 @@ absl::StatusOr<RopeScaling> ReadLlama3Scaling(const Json& rs,
   return s;
 }
 
-// Reads rope_scaling: absent or "default" is plain RoPE, "llama3" is
+// Reads one RoPE scaling object, `field`: rope_scaling (transformers < 5)
+// or rope_parameters (transformers >= 5, where a missing rope_type is
+// "default"). Absent or "default" is plain RoPE (nullopt), "llama3" is
 // supported, any other type is an error.
-absl::Status ReadRopeScaling(const Reader& r, absl::string_view path,
-                             ModelConfig* c) {
-  const Json* rs = r.Find("rope_scaling");
-  if (rs == nullptr) return absl::OkStatus();
-  if (!rs->is_object()) return r.Error("rope_scaling", "must be an object");
-  std::string type;
+absl::StatusOr<std::optional<RopeScaling>> ReadScalingObject(
+    const Reader& r, absl::string_view path, const char* field) {
+  const Json* rs = r.Find(field);
+  if (rs == nullptr) return std::nullopt;
+  if (!rs->is_object()) return r.Error(field, "must be an object");
+  for (const auto& [key, value] : rs->items()) {
+    if (value.is_object()) {  // per layer type ("full_attention": {...})
+      return r.Error(field, absl::StrCat("holds an object, '", key,
+                                         "': RoPE per layer type is not "
+                                         "supported"));
+    }
+  }
+  std::string type = std::string(field) == "rope_parameters" ? "default" : "";
   for (const char* key : {"rope_type", "type"}) {
     auto it = rs->find(key);
     if (it != rs->end() && it->is_string()) type = it->get<std::string>();
   }
-  if (type == "default") return absl::OkStatus();  // Plain RoPE, as if absent.
+  if (type == "default") return std::nullopt;  // Plain RoPE, as if absent.
   if (type != "llama3") {
-    return r.Error("rope_scaling",
+    return r.Error(field,
                    absl::StrCat("type '", type, "' is not supported (llama3)"));
   }
-  OCTET_ASSIGN_OR_RETURN(c->rope_scaling, ReadLlama3Scaling(*rs, path));
+  return ReadLlama3Scaling(*rs, path, field);
+}
+
+// rope_theta: top-level (transformers < 5) or in rope_parameters
+// (transformers >= 5); 10000 when absent. Both given must agree.
+absl::StatusOr<double> ReadRopeTheta(const Reader& r, absl::string_view path) {
+  OCTET_ASSIGN_OR_RETURN(const double top, r.PositiveNumber("rope_theta", 0));
+  double inner = 0;
+  if (const Json* p = r.Find("rope_parameters"); p != nullptr) {
+    if (!p->is_object()) return r.Error("rope_parameters", "must be an object");
+    const Reader pr(*p, absl::StrCat(path, ": rope_parameters"));
+    OCTET_ASSIGN_OR_RETURN(inner, pr.PositiveNumber("rope_theta", 0));
+  }
+  if (top > 0 && inner > 0 && top != inner) {
+    return r.Error("rope_theta", "differs from rope_parameters' rope_theta");
+  }
+  return top > 0 ? top : inner > 0 ? inner : 10000.0;
+}
+
+bool SameScaling(const std::optional<RopeScaling>& a,
+                 const std::optional<RopeScaling>& b) {
+  if (!a || !b) return a.has_value() == b.has_value();
+  return std::tie(a->factor, a->low_freq_factor, a->high_freq_factor,
+                  a->original_max_position_embeddings) ==
+         std::tie(b->factor, b->low_freq_factor, b->high_freq_factor,
+                  b->original_max_position_embeddings);
+}
+
+// Reads RoPE's base and scaling, as transformers < 5 writes them (rope_theta,
+// rope_scaling) or as transformers >= 5 does (rope_parameters: rope_type,
+// rope_theta and the scaling's fields in one object). Both given must agree.
+absl::Status ReadRope(const Reader& r, absl::string_view path, ModelConfig* c) {
+  OCTET_ASSIGN_OR_RETURN(c->rope_theta, ReadRopeTheta(r, path));
+  OCTET_ASSIGN_OR_RETURN(const std::optional<RopeScaling> legacy,
+                         ReadScalingObject(r, path, "rope_scaling"));
+  OCTET_ASSIGN_OR_RETURN(const std::optional<RopeScaling> params,
+                         ReadScalingObject(r, path, "rope_parameters"));
+  if (r.Find("rope_scaling") != nullptr &&
+      r.Find("rope_parameters") != nullptr && !SameScaling(legacy, params)) {
+    return r.Error("rope_scaling", "differs from rope_parameters");
+  }
+  c->rope_scaling = legacy ? legacy : params;
   return absl::OkStatus();
 }
 
@@ -475,7 +529,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
   OCTET_RETURN_IF_ERROR(ReadShape(r, &c));
   OCTET_RETURN_IF_ERROR(CheckSizeBounds(r, c));
   OCTET_RETURN_IF_ERROR(ReadNumerics(r, &c));
-  OCTET_RETURN_IF_ERROR(ReadRopeScaling(r, path, &c));
+  OCTET_RETURN_IF_ERROR(ReadRope(r, path, &c));
   OCTET_RETURN_IF_ERROR(ReadSlidingWindow(root, r, &c));
   OCTET_RETURN_IF_ERROR(ReadSpecialTokens(r, &c));
   OCTET_RETURN_IF_ERROR(ReadQuantizationConfig(r, &c));

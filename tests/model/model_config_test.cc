@@ -92,6 +92,53 @@ TEST(ModelConfig, ParsesLlama3) {
   EXPECT_FALSE(c->sliding_window.has_value());
 }
 
+// transformers >= 5 writes RoPE as one rope_parameters object and dtype
+// for torch_dtype (as its save_pretrained does for Llama 3.2 1B); read as
+// the older fields were, never silently as plain RoPE.
+TEST(ModelConfig, ParsesTransformers5RopeParametersAndDtype) {
+  Json j = Llama32();
+  Json params = j["rope_scaling"];
+  params["rope_theta"] = j["rope_theta"];
+  for (const char* old : {"rope_scaling", "rope_theta", "torch_dtype"}) {
+    j.erase(old);
+  }
+  j["rope_parameters"] = params;
+  j["dtype"] = "float32";
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+  ASSERT_TRUE(c->rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c->rope_scaling->factor, 32.0);
+  EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_EQ(c->torch_dtype, DType::kF32);
+  // Plain RoPE: rope_type "default", or none given.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  EXPECT_FALSE(Parse(j)->rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(Parse(j)->rope_theta, 1e6);
+  j["rope_parameters"] = {{"rope_theta", 1e6}};
+  EXPECT_FALSE(Parse(j)->rope_scaling.has_value());
+  j["rope_parameters"]["rope_type"] = "yarn";
+  ExpectError(j, "'rope_parameters' type 'yarn' is not supported");
+  j["rope_parameters"] = {{"full_attention", params}};  // Gemma 3's form
+  ExpectError(j, "'full_attention': RoPE per layer type is not supported");
+  j["rope_parameters"] = params;
+  j["rope_parameters"]["factor"] = -1;
+  ExpectError(j, "rope_parameters: field 'factor'");
+  // Both forms, as a config converted by hand may have: they must agree.
+  j = Llama32();
+  j["rope_parameters"] = params;
+  EXPECT_TRUE(Parse(j).ok());
+  j["rope_parameters"]["rope_theta"] = 10000.0;
+  ExpectError(j, "'rope_theta' differs from rope_parameters");
+  j["rope_parameters"] = params;
+  j["rope_parameters"]["factor"] = 8.0;
+  ExpectError(j, "'rope_scaling' differs from rope_parameters");
+  j = Llama32();
+  j.erase("torch_dtype");
+  j["dtype"] = "int8";
+  ExpectError(j, "'dtype' must be");
+}
+
 TEST(ModelConfig, ParsesMistralAndDefaults) {
   Json j = {{"architectures", {"MistralForCausalLM"}},
             {"hidden_size", 4096},
