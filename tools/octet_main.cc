@@ -15,6 +15,9 @@
 //                  [--stream] [the sampling flags above]
 //                  [--tls_ca PEM [--tls_cert PEM --tls_key PEM]
 //                   [--tls_server_name NAME]]
+//   octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]'
+//                [--quantization auto|none|fp8] [--device auto|cpu|cuda]
+//                [--threads N] [--activation_codes]
 //
 // A bad flag value or a missing argument prints one line and exits with
 // status 2; a failure while working prints the error and exits with 1.
@@ -42,6 +45,7 @@
 #include "octet/v1/generation.grpc.pb.h"
 #include "parallel/tls.h"
 #include "tools/fp8_export.h"
+#include "tools/logits_command.h"
 #include "tools/tokenize_command.h"
 #include "worker/backends.h"
 #include "worker/generator.h"
@@ -84,6 +88,11 @@ ABSL_FLAG(std::string, prompt, "",
 ABSL_FLAG(
     std::string, prompt_ids, "",
     "generate: the prompt as comma-separated token ids (no tokenizer needed)");
+ABSL_FLAG(std::string, prompts_json, "",
+          "logits: the prompts as a JSON array of arrays of token ids (also "
+          "reads --model, --quantization, --device, --threads)");
+ABSL_FLAG(bool, activation_codes, false,
+          "logits: also print each FP8 projection input's codes and scales");
 ABSL_FLAG(int64_t, max_tokens, 32, "generate: tokens to generate at most");
 ABSL_FLAG(double, temperature, 0.0,
           "generate: sampling temperature; 0 = greedy");
@@ -195,6 +204,21 @@ int Tokenize() {
     return UsageError(std::string(s.message()));
   }
   absl::Status s = RunTokenize(command);
+  return s.ok() ? 0 : Failed(s);
+}
+
+int Logits() {
+  const LogitsCommand command{
+      .model_dir = absl::GetFlag(FLAGS_model),
+      .prompts_json = absl::GetFlag(FLAGS_prompts_json),
+      .quantization = absl::GetFlag(FLAGS_quantization),
+      .device = absl::GetFlag(FLAGS_device),
+      .threads = absl::GetFlag(FLAGS_threads),
+      .activation_codes = absl::GetFlag(FLAGS_activation_codes)};
+  if (absl::Status s = CheckLogitsCommand(command); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  absl::Status s = RunLogits(command);
   return s.ok() ? 0 : Failed(s);
 }
 
@@ -614,18 +638,22 @@ int Main(int argc, char** argv) {
       "      generates on one rank, in this process, and prints the text\n"
       "  octet generate --server HOST:PORT --prompt TEXT [--stream] "
       "[--tls_ca PEM]\n"
-      "      asks a running coordinator instead (over TLS with --tls_ca)"));
+      "      asks a running coordinator instead (over TLS with --tls_ca)\n"
+      "  octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]' "
+      "[--quantization auto|none|fp8]\n"
+      "      prints each prompt's last-token logits as JSON (one forward)"));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
-        "expected one command: make-model, quantize, tokenize or generate "
-        "(octet --help for usage)");
+        "expected one command: make-model, quantize, tokenize, generate or "
+        "logits (octet --help for usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
   if (command == "quantize") return Quantize();
   if (command == "tokenize") return Tokenize();
   if (command == "generate") return Generate();
+  if (command == "logits") return Logits();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));
 }
