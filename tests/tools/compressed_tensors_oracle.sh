@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# octet's compressed-tensors FP8 checkpoints against the `compressed-tensors`
+# package from PyPI, llm-compressor's format library
+# (compressed_tensors_oracle.py beside this says what is compared). Makes, or
+# reuses while it has the pinned versions, a virtualenv with the package,
+# torch (PyPI's wheel brings NVIDIA's CUDA libraries: 5.6 GB installed, 2
+# minutes here; no GPU is used) and transformers, then runs the script in a
+# fresh work directory.
+#
+#   tests/tools/compressed_tensors_oracle.sh OCTET_BIN VENV_DIR [ARGS...]
+#
+# e.g. tests/tools/compressed_tensors_oracle.sh build/bin/octet \
+#          build/compressed-tensors-venv
+# Further arguments go to the script. Skips (exit 77) only when pip cannot
+# reach PyPI; any other failure fails.
+set -euo pipefail
+octet="$1"; venv="$2"; shift 2
+pins=(torch==2.15.0 compressed-tensors==0.20.1 transformers==5.25.0
+      safetensors==0.8.0)
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Signs in pip's log that the network failed it, the likeliest first, or
+# nothing.
+network_failure() {
+  local pattern
+  for pattern in "Failed to establish a new connection: [^')]*" \
+                 "(ConnectTimeout|ReadTimeout|Proxy|SSL)Error" \
+                 "Connection broken: [^')]*"; do
+    grep -m 1 -oE "$pattern" "$1" && return
+  done
+  return 0
+}
+
+# Whether the venv's python has every pinned version.
+has_pins() {
+  "$venv/bin/python" - "${pins[@]}" 2> /dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
+PY
+}
+
+if ! has_pins; then
+  echo "compressed_tensors_oracle: installing ${pins[*]} from PyPI into $venv" \
+       "(5.6 GB)" >&2
+  start=$SECONDS
+  python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}" \
+       2> "$work/pip.log"; then
+    reason="$(network_failure "$work/pip.log")"
+    reason="${reason%%$'\n'*}"
+    if [ -n "$reason" ]; then
+      echo "compressed_tensors_oracle: skipped: PyPI cannot be reached ($reason)"
+      exit 77
+    fi
+    cat "$work/pip.log" >&2
+    exit 1
+  fi
+  echo "compressed_tensors_oracle: installed in $((SECONDS - start)) s" >&2
+fi
+"$venv/bin/python" "$here/compressed_tensors_oracle.py" --octet "$octet" \
+  --work "$work" "$@"
