@@ -39,6 +39,12 @@ GQA, llama3 RoPE scaling, tied embeddings). Prompts are fixed token ids.
    The weight codes and scales the package writes for the same weights are
    compared with octet's too.
 
+3. The rest of the family, float: tiny-mistral (a prompt past its sliding
+   window), tiny-qwen2 (q/k/v biases) and tiny-qwen3 (q/k norms) in
+   transformers (MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)
+   against octet's float forward; and tiny-qwen2 as the package writes it
+   with FP8_DYNAMIC, as in 1 (biases stay float beside FP8 weights).
+
 The tolerances (THRESHOLDS) say what was measured and why they are what
 they are: codes must agree (a few one-step flips at rounding ties
 allowed), logits to several times the binary32 summation-order error
@@ -130,10 +136,10 @@ def run(cmd):
     return p.stdout
 
 
-def prompts():
-    """Fixed prompts: lengths 1 to 40, ids below the tiny vocabulary (512)."""
+def prompts(vocab=512, lengths=(1, 5, 17, 40)):
+    """Fixed prompts of these lengths, ids below `vocab` (tiny's: 512)."""
     rng = random.Random(SEED)
-    return [[rng.randrange(512) for _ in range(n)] for n in (1, 5, 17, 40)]
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
 
 
 def octet_logits(octet, model_dir, ps, quantization=None, codes=False):
@@ -432,11 +438,12 @@ def sabotage(model_dir):
     print(f"  sabotage: {name} x 1.05")
 
 
-def package_writes(args, scheme, float_ref, ps, failures):
-    print(f"\n[{scheme}] the package writes, octet reads")
+def package_writes(args, scheme, float_ref, ps, failures, preset="tiny"):
+    print(f"\n[{scheme}] the package writes, octet reads ({preset})")
     calibration = [p[::-1] for p in ps] + ps  # the static preset's inputs
-    model = package_quantized(args.float_dir, scheme, calibration)
-    out_dir = os.path.join(args.work, f"package-{scheme}")
+    float_dir = os.path.join(args.work, preset)
+    model = package_quantized(float_dir, scheme, calibration)
+    out_dir = os.path.join(args.work, f"package-{preset}-{scheme}")
     package_save(model, out_dir)  # each fused part at its own scale
     as_is = hf_logits(model, ps)
     apply_fused_scale_rule(model)
@@ -513,6 +520,33 @@ def octet_writes(args, scheme, ps, package_dir, failures):
     compare_weight_codes(package_dir, out_dir, failures)
 
 
+def make_model(args, preset):
+    """octet make-model's fp32 `preset` in WORK/preset; its vocabulary."""
+    out = os.path.join(args.work, preset)
+    run([args.octet, "make-model", "--preset", preset, "--dtype", "fp32",
+         "--tokenizer", "none", "--seed", str(SEED), "--out", out])
+    with open(os.path.join(out, "config.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def other_presets(args, failures):
+    """The rest of the family in transformers against octet's float forward:
+    Mistral (a 60-token prompt past its 48-token window), Qwen2 (q/k/v
+    biases), Qwen3 (q/k norms, head_dim 32 of hidden 64 / 4 heads); then
+    Qwen2's biases beside FP8_DYNAMIC as the package writes it."""
+    for preset in ("tiny-mistral", "tiny-qwen2", "tiny-qwen3"):
+        print(f"\n[none] {preset}: transformers float32 against octet")
+        ps = prompts(make_model(args, preset), (1, 17, 60))
+        model_dir = os.path.join(args.work, preset)
+        float_ref = hf_logits(hf_model(model_dir), ps)
+        got = octet_logits(args.octet, model_dir, ps, quantization="none")
+        compare(f"{preset}: octet vs transformers", got["logits"], float_ref,
+                failures, THRESHOLDS["float_max_abs"])
+        if preset == "tiny-qwen2":
+            package_writes(args, "fp8-channel-token", float_ref, ps, failures,
+                           preset)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--octet", required=True)
@@ -521,9 +555,8 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
-    args.float_dir = os.path.join(args.work, "float")
-    run([args.octet, "make-model", "--preset", "tiny", "--dtype", "fp32",
-         "--tokenizer", "none", "--seed", str(SEED), "--out", args.float_dir])
+    args.float_dir = os.path.join(args.work, "tiny")
+    make_model(args, "tiny")
     ps = prompts()
     failures = Failures()
     print(f"tiny fp32 (seed {SEED}), {len(ps)} prompts of "
@@ -540,6 +573,7 @@ def main():
                                               failures)
     for scheme in ("fp8-tensor", "fp8-channel-token"):
         octet_writes(args, scheme, ps, package_dirs[scheme], failures)
+    other_presets(args, failures)
     print(f"\n{time.time() - STARTED:.1f} s in all, imports included; "
           f"thresholds {THRESHOLDS}")
     if failures.items:
