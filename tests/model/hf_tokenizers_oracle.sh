@@ -16,32 +16,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Signs in pip's log that the network failed it, the likeliest first, or
-# nothing.
-network_failure() {
-  local pattern
-  for pattern in "Failed to establish a new connection: [^')]*" \
-                 "(ConnectTimeout|ReadTimeout|Proxy|SSL)Error" \
-                 "Connection broken: [^')]*"; do
-    grep -m 1 -oE "$pattern" "$1" && return
-  done
-  return 0
-}
+. "$here/../pypi_venv.sh"
 
 if ! "$venv/bin/python" -c "import sys, tokenizers; sys.exit(tokenizers.__version__ != '$pin')" \
      2> /dev/null; then
   echo "hf_tokenizers_oracle: installing tokenizers==$pin from PyPI into $venv" >&2
-  python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check "tokenizers==$pin" \
-       2> "$work/pip.log"; then
-    reason="$(network_failure "$work/pip.log")"
-    reason="${reason%%$'\n'*}"
-    if [ -n "$reason" ]; then
-      echo "hf_tokenizers_oracle: skipped: PyPI cannot be reached ($reason)"
-      exit 77
-    fi
-    cat "$work/pip.log" >&2
-    exit 1
-  fi
+  pypi_install hf_tokenizers_oracle "$venv" "$work/pip.log" "tokenizers==$pin"
 fi
 "$venv/bin/python" "$here/hf_tokenizers_oracle.py" --octet "$octet" --work "$work" "$@"

@@ -21,17 +21,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Signs in pip's log that the network failed it, the likeliest first, or
-# nothing.
-network_failure() {
-  local pattern
-  for pattern in "Failed to establish a new connection: [^')]*" \
-                 "(ConnectTimeout|ReadTimeout|Proxy|SSL)Error" \
-                 "Connection broken: [^')]*"; do
-    grep -m 1 -oE "$pattern" "$1" && return
-  done
-  return 0
-}
+. "$here/../pypi_venv.sh"
 
 # Whether the venv's python has every pinned version.
 has_pins() {
@@ -46,18 +36,7 @@ if ! has_pins; then
   echo "compressed_tensors_oracle: installing ${pins[*]} from PyPI into $venv" \
        "(5.6 GB)" >&2
   start=$SECONDS
-  python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}" \
-       2> "$work/pip.log"; then
-    reason="$(network_failure "$work/pip.log")"
-    reason="${reason%%$'\n'*}"
-    if [ -n "$reason" ]; then
-      echo "compressed_tensors_oracle: skipped: PyPI cannot be reached ($reason)"
-      exit 77
-    fi
-    cat "$work/pip.log" >&2
-    exit 1
-  fi
+  pypi_install compressed_tensors_oracle "$venv" "$work/pip.log" "${pins[@]}"
   echo "compressed_tensors_oracle: installed in $((SECONDS - start)) s" >&2
 fi
 "$venv/bin/python" "$here/compressed_tensors_oracle.py" --octet "$octet" \
