@@ -441,6 +441,43 @@ absl::StatusOr<Output> RunRope(Backend& b, int64_t heads, int64_t kv_heads,
   return o;
 }
 
+// Qwen3's q/k norms: each q head, then each k head, of a fused QKV row
+// normalized in place (the v heads must come back as they were).
+absl::StatusOr<Output> RunRmsNormHeads(Backend& b, const Env&) {
+  const int64_t rows = 9, heads = 4, kv_heads = 2, head_dim = 128;
+  const int64_t stride = (heads + 2 * kv_heads) * head_dim;
+  OCTET_ASSIGN_OR_RETURN(
+      DeviceBuffer x, UploadAct(b, NormalBf16Values(rows * stride, 33, 2.0f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer q_norm,
+                         Upload(b, F32Values(head_dim, 34)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer k_norm,
+                         Upload(b, F32Values(head_dim, 35)));
+  OCTET_RETURN_IF_ERROR(b.RmsNormHeads(x.data(), rows, heads, head_dim, stride,
+                                       q_norm.as<float>(), 1e-6f));
+  OCTET_RETURN_IF_ERROR(b.RmsNormHeads(ActAt(x.data(), heads * head_dim, b),
+                                       rows, kv_heads, head_dim, stride,
+                                       k_norm.as<float>(), 1e-6f));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> y,
+                         ReadAct(b, x.data(), rows * stride));
+  Output o;
+  o.fields = {Near("qkv", std::move(y), true)};
+  return o;
+}
+
+// Qwen2's q/k/v biases: x[r][c] += bias[c], a binary32 bias.
+absl::StatusOr<Output> RunAddBias(Backend& b, const Env&) {
+  const int64_t rows = 37, cols = 200;
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                         UploadAct(b, NormalBf16Values(rows * cols, 36, 3.0f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer bias, Upload(b, F32Values(cols, 37)));
+  OCTET_RETURN_IF_ERROR(b.AddBias(x.data(), bias.as<float>(), rows, cols));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> y,
+                         ReadAct(b, x.data(), rows * cols));
+  Output o;
+  o.fields = {Near("x", std::move(y), true)};
+  return o;
+}
+
 absl::StatusOr<Output> RunSiluMul(Backend& b, const Env&) {
   const int64_t rows = 37, cols = 100;  // x rows are [gate | up], 2 * cols
   OCTET_ASSIGN_OR_RETURN(
@@ -1105,6 +1142,8 @@ const std::vector<Case>& Cases() {
        [](Backend& b, const Env&) {
          return RunRope(b, 8, 2, 128, {5, 131071});
        }},
+      {"RmsNormHeads", {"RmsNormHeads"}, kOneRounding, RunRmsNormHeads},
+      {"AddBias", {"AddBias"}, kOneRounding, RunAddBias},
       {"SiluMul", {"SiluMul"}, kOneRounding, RunSiluMul},
       {"WriteKv", {"WriteKv"}, kExact, RunWriteKv},
       // Scores differ by binary32 summation order (up to γ_d·Σ|q·k|) and
