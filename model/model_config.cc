@@ -1,5 +1,8 @@
 #include "model/model_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -9,6 +12,7 @@
 #include <tuple>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 #include "model/file_util.h"
@@ -370,6 +374,50 @@ std::vector<std::string> StringList(const Json& q, const char* key) {
   return out;
 }
 
+// A compiled "re:" entry of an ignore list, or null with `error` set.
+struct IgnorePattern {
+  explicit IgnorePattern(absl::string_view pattern) {
+    int code = 0;
+    PCRE2_SIZE offset = 0;
+    regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
+                          pattern.size(), PCRE2_UTF, &code, &offset, nullptr);
+    if (regex == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(code, message, sizeof(message));
+      error = absl::StrCat("does not compile at ", offset, ": ",
+                           reinterpret_cast<char*>(message));
+    }
+  }
+  ~IgnorePattern() { pcre2_code_free(regex); }
+  // A match starting at the name's first character (re.match).
+  bool MatchesStartOf(absl::string_view name) const {
+    if (regex == nullptr) return false;
+    pcre2_match_data* data =
+        pcre2_match_data_create_from_pattern(regex, nullptr);
+    const int rc = pcre2_match(regex, reinterpret_cast<PCRE2_SPTR>(name.data()),
+                               name.size(), 0, PCRE2_ANCHORED, data, nullptr);
+    pcre2_match_data_free(data);
+    return rc >= 0;
+  }
+
+  pcre2_code* regex = nullptr;
+  std::string error;
+};
+
+// Every "re:" entry of an ignore list must compile.
+absl::Status CheckIgnorePatterns(const Reader& r, const char* field,
+                                 const std::vector<std::string>& entries) {
+  for (const std::string& e : entries) {
+    if (!absl::StartsWith(e, "re:")) continue;
+    const IgnorePattern p(absl::string_view(e).substr(3));
+    if (p.regex == nullptr) {
+      return r.Error("quantization_config",
+                     absl::StrCat(field, ": '", e, "' ", p.error));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // vLLM's layout: quant_method "fp8", activation_scheme, ignored_layers.
 absl::Status ReadVllmFp8(const Reader& r, const Json& q, ModelConfig* c) {
   if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
@@ -388,6 +436,8 @@ absl::Status ReadVllmFp8(const Reader& r, const Json& q, ModelConfig* c) {
   }
   fp8.static_activations = s == "static";
   fp8.ignored_layers = StringList(q, "ignored_layers");
+  OCTET_RETURN_IF_ERROR(
+      CheckIgnorePatterns(r, "ignored_layers", fp8.ignored_layers));
   c->fp8 = fp8;
   return absl::OkStatus();
 }
@@ -488,6 +538,7 @@ absl::Status ReadCompressedTensors(const Reader& r, const Json& q,
     return r.Error(field, "output_activations are not supported");
   }
   fp8.ignored_layers = StringList(q, "ignore");
+  OCTET_RETURN_IF_ERROR(CheckIgnorePatterns(r, "ignore", fp8.ignored_layers));
   c->fp8 = fp8;
   return absl::OkStatus();
 }
@@ -534,6 +585,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
   OCTET_RETURN_IF_ERROR(ReadSpecialTokens(r, &c));
   OCTET_RETURN_IF_ERROR(ReadQuantizationConfig(r, &c));
   return c;
+}
+
+bool IsIgnoredLayer(const Fp8CheckpointConfig& fp8, absl::string_view module) {
+  for (const std::string& e : fp8.ignored_layers) {
+    if (e == module) return true;
+    if (absl::StartsWith(e, "re:") &&
+        IgnorePattern(absl::string_view(e).substr(3)).MatchesStartOf(module)) {
+      return true;  // (a pattern that does not compile matches nothing)
+    }
+  }
+  return false;
 }
 
 absl::Status CheckTensorParallelSplit(const ModelConfig& c, int size) {

@@ -72,6 +72,14 @@ struct ModelConfig {
   std::optional<Fp8CheckpointConfig> fp8;  // present for FP8 checkpoints
 };
 
+// Whether an FP8 checkpoint's writer left the projection `module` (its
+// name without ".weight", e.g. "model.layers.0.mlp.down_proj")
+// unquantized: listed in ignored_layers by name, or matched by an entry
+// "re:PATTERN", a regex matched from the start of the name as
+// compressed-tensors and vLLM match it (Python's re.match; PCRE2 here).
+// Such layers run unquantized in an FP8 model, as vLLM runs them.
+bool IsIgnoredLayer(const Fp8CheckpointConfig& fp8, absl::string_view module);
+
 // Parses config.json text; `path` names the file in errors.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json,
                                              absl::string_view path);

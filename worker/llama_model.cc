@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "kernels/status_macros.h"
 
@@ -128,6 +129,37 @@ absl::Status OnDevice(Backend& backend, float* host, int64_t n, F collective) {
       backend.CopyToDevice(d.data(), host, n * sizeof(float)));
   OCTET_RETURN_IF_ERROR(collective(d.as<float>()));
   return backend.CopyToHost(host, d.data(), n * sizeof(float));
+}
+
+// Whether an FP8 checkpoint lists the parts of one fused projection
+// (q/k/v, gate/up, or one part) in its ignore list, stored as floats: all of
+// them, or none; some (they run as one GEMM), or an ignored part stored in
+// e4m3, is an InvalidArgument naming it.
+absl::StatusOr<bool> LeftUnquantized(const Checkpoint& ckpt,
+                                     const std::vector<std::string>& parts) {
+  const ModelConfig& c = ckpt.config();
+  if (!c.fp8) return false;
+  size_t ignored = 0;
+  for (const std::string& part : parts) {
+    const absl::string_view module =
+        absl::string_view(part).substr(0, part.size() - sizeof(".weight") + 1);
+    if (!IsIgnoredLayer(*c.fp8, module)) continue;
+    ++ignored;
+    OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(part));
+    if (t.dtype == DType::kE4m3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": '", module,
+                       "' is in quantization_config's ignore list but is "
+                       "stored in F8_E4M3"));
+    }
+  }
+  if (ignored != 0 && ignored != parts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ckpt.dir(), ": quantization_config ignores some but not all of ",
+        absl::StrJoin(parts, ", "),
+        ", which octet runs as one GEMM: ignore all of them or none"));
+  }
+  return ignored != 0;
 }
 
 // How Load turns checkpoint weights into weights for `backend`, on a group
@@ -286,8 +318,14 @@ absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
               {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
               slices.gate_up},
         Fused{&layer.down, {p + "mlp.down_proj.weight"}, slices.down}}) {
-    OCTET_ASSIGN_OR_RETURN(*fused.dst, LoadLinear(ckpt, fused.parts, policy,
-                                                  backend_, fused.slice));
+    // Left unquantized by an FP8 checkpoint's writer: run as it is.
+    OCTET_ASSIGN_OR_RETURN(const bool as_stored,
+                           LeftUnquantized(ckpt, fused.parts));
+    WeightPolicy dense = policy;
+    dense.method = LinearMethod::kNone;
+    OCTET_ASSIGN_OR_RETURN(
+        *fused.dst, LoadLinear(ckpt, fused.parts, as_stored ? dense : policy,
+                               backend_, fused.slice));
   }
   return layer;
 }

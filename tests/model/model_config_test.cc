@@ -252,6 +252,28 @@ TEST(ModelConfig, QwenPresetsRoundTrip) {
   }
 }
 
+// The layers a writer left unquantized: by name, or by a "re:" pattern
+// matched from the start of the name (Python's re.match); a pattern that
+// does not compile is refused at parse, naming it.
+TEST(ModelConfig, IgnoredLayersMatchByNameOrPatternFromTheStart) {
+  Fp8CheckpointConfig fp8;
+  fp8.ignored_layers = {"lm_head", "model.layers.1.mlp.down_proj",
+                        "re:.*layers\\.0\\.self_attn\\.[qkv]_proj$", "re:mlp"};
+  EXPECT_TRUE(IsIgnoredLayer(fp8, "lm_head"));
+  EXPECT_TRUE(IsIgnoredLayer(fp8, "model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(IsIgnoredLayer(fp8, "model.layers.11.mlp.down_proj"));
+  EXPECT_TRUE(IsIgnoredLayer(fp8, "model.layers.0.self_attn.k_proj"));
+  EXPECT_FALSE(IsIgnoredLayer(fp8, "model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(IsIgnoredLayer(fp8, "model.layers.10.self_attn.q_proj"));
+  // "re:mlp" is anchored at the start: no layer name begins with it.
+  EXPECT_FALSE(IsIgnoredLayer(fp8, "model.layers.2.mlp.up_proj"));
+  Json j = Llama32();
+  j["quantization_config"] = {{"quant_method", "fp8"},
+                              {"activation_scheme", "dynamic"},
+                              {"ignored_layers", {"lm_head", "re:(unclosed"}}};
+  ExpectError(j, "ignored_layers: 're:(unclosed' does not compile");
+}
+
 TEST(ModelConfig, ParsesFp8QuantizationConfig) {
   Json j = Llama32();
   j["quantization_config"] = {{"quant_method", "fp8"},
