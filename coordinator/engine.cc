@@ -374,7 +374,7 @@ void Engine::WhileStepRuns(const StepPlan& plan) {
       group_->Abort(absl::UnavailableError("the server is stopping"));
       return;
     }
-    inbox.fresh.swap(submitted_);
+    TakeSubmitted(inbox);
     inbox.cancels.swap(cancelled_);
   }
   // A sequence of this step cannot end before the step does.
@@ -387,8 +387,6 @@ void Engine::WhileStepRuns(const StepPlan& plan) {
   });
   ApplyCancels(inbox);
   Admit(inbox.fresh);
-  absl::MutexLock lock(&mu_);
-  queued_ = scheduler_->waiting();
 }
 
 void Engine::RefusedStep(const StepPlan& plan, const absl::Status& why) {
@@ -452,7 +450,7 @@ bool Engine::WaitForWork(Inbox& inbox) {
     if (!group_->failed().ok()) break;
   }
   if (stop_) return false;
-  inbox.fresh.swap(submitted_);
+  TakeSubmitted(inbox);
   inbox.cancels.insert(inbox.cancels.end(), cancelled_.begin(),
                        cancelled_.end());
   cancelled_.clear();
@@ -472,6 +470,13 @@ void Engine::ApplyCancels(Inbox& inbox) {
   }
 }
 
+void Engine::TakeSubmitted(Inbox& inbox) {
+  inbox.fresh.swap(submitted_);
+  // Still waiting until Admit hands them to the scheduler: counted, so
+  // that Queue's limit holds while they are in neither place.
+  queued_ += static_cast<int64_t>(inbox.fresh.size());
+}
+
 void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
   for (auto& a : fresh) {
     const uint64_t id = a->id;
@@ -484,6 +489,8 @@ void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
     if (options_.tokenizer != nullptr) a->decoder.emplace(*options_.tokenizer);
     active_[id] = std::move(a);
   }
+  absl::MutexLock lock(&mu_);
+  queued_ = scheduler_->waiting();
 }
 
 bool Engine::EnsureGroup() {

@@ -149,6 +149,8 @@ class Engine {
   // The loop's steps, on the engine's thread. WaitForWork sleeps until
   // there is something to do and takes the inbox; false when stopping.
   bool WaitForWork(Inbox& inbox);
+  // Moves submitted_ into the inbox, still counted as queued.
+  void TakeSubmitted(Inbox& inbox) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCancels(Inbox& inbox);  // of queued and of running requests
   void Admit(std::deque<std::unique_ptr<Active>>& fresh);  // to the scheduler
   // Replaces a failed (or not yet started) group; what it was running
