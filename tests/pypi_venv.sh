@@ -2,6 +2,9 @@
 # (tests/model/hf_tokenizers_oracle.sh, tests/tools/compressed_tensors_oracle.sh):
 # installs pinned packages into a fresh virtualenv, and tells a network that
 # failed pip (ctest's skip, exit 77) from any other failure (exit 1).
+# The virtualenvs live outside the build folders (CMake's OCTET_PYPI_VENVS,
+# .venvs/ by default), so `make test` and `make test-asan` share them; a
+# lock beside each keeps two runs from making one at once.
 
 # Signs in pip's log that the network failed it, the likeliest first, or
 # nothing.
@@ -33,4 +36,16 @@ pypi_install() {
     cat "$log" >&2
     exit 1
   fi
+}
+
+# pypi_lock VENV / pypi_unlock: hold VENV.lock (file descriptor 9) while
+# checking and making VENV, so that a second run waits, then finds it made.
+pypi_lock() {
+  mkdir -p "$(dirname "$1")"
+  exec 9> "$1.lock"
+  flock 9
+}
+pypi_unlock() {
+  flock -u 9
+  exec 9>&-
 }

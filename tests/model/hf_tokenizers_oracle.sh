@@ -6,7 +6,7 @@
 #
 #   tests/model/hf_tokenizers_oracle.sh OCTET_BIN WORK_VENV_DIR [--no-octet]
 #
-# e.g. tests/model/hf_tokenizers_oracle.sh build/bin/octet build/tokenizers-venv
+# e.g. tests/model/hf_tokenizers_oracle.sh build/bin/octet .venvs/tokenizers
 # Further arguments go to the script. Skips (exit 77) only when pip cannot
 # reach PyPI; any other failure fails.
 set -euo pipefail
@@ -18,9 +18,11 @@ trap 'rm -rf "$work"' EXIT
 
 . "$here/../pypi_venv.sh"
 
+pypi_lock "$venv"
 if ! "$venv/bin/python" -c "import sys, tokenizers; sys.exit(tokenizers.__version__ != '$pin')" \
      2> /dev/null; then
   echo "hf_tokenizers_oracle: installing tokenizers==$pin from PyPI into $venv" >&2
   pypi_install hf_tokenizers_oracle "$venv" "$work/pip.log" "tokenizers==$pin"
 fi
+pypi_unlock
 "$venv/bin/python" "$here/hf_tokenizers_oracle.py" --octet "$octet" --work "$work" "$@"

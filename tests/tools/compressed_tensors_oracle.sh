@@ -10,7 +10,7 @@
 #   tests/tools/compressed_tensors_oracle.sh OCTET_BIN VENV_DIR [ARGS...]
 #
 # e.g. tests/tools/compressed_tensors_oracle.sh build/bin/octet \
-#          build/compressed-tensors-venv
+#          .venvs/compressed-tensors
 # Further arguments go to the script. Skips (exit 77) only when pip cannot
 # reach PyPI; any other failure fails.
 set -euo pipefail
@@ -32,6 +32,7 @@ sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]
 PY
 }
 
+pypi_lock "$venv"
 if ! has_pins; then
   echo "compressed_tensors_oracle: installing ${pins[*]} from PyPI into $venv" \
        "(5.6 GB)" >&2
@@ -39,5 +40,6 @@ if ! has_pins; then
   pypi_install compressed_tensors_oracle "$venv" "$work/pip.log" "${pins[@]}"
   echo "compressed_tensors_oracle: installed in $((SECONDS - start)) s" >&2
 fi
+pypi_unlock
 "$venv/bin/python" "$here/compressed_tensors_oracle.py" --octet "$octet" \
   --work "$work" "$@"
