@@ -19,8 +19,9 @@ pypi_network_failure() {
 }
 
 # pypi_install NAME VENV LOG PACKAGE...: makes VENV and installs the
-# packages, pip's messages in LOG. Exits 77 saying why when PyPI cannot be
-# reached, 1 with pip's log on any other failure. NAME prefixes messages.
+# packages, pip's messages in LOG (pypi_venv below calls it when needed).
+# Exits 77 saying why when PyPI cannot be reached, 1 with pip's log on any
+# other failure. NAME prefixes messages.
 pypi_install() {
   local name="$1" venv="$2" log="$3" reason
   shift 3
@@ -38,14 +39,32 @@ pypi_install() {
   fi
 }
 
-# pypi_lock VENV / pypi_unlock: hold VENV.lock (file descriptor 9) while
-# checking and making VENV, so that a second run waits, then finds it made.
-pypi_lock() {
-  mkdir -p "$(dirname "$1")"
-  exec 9> "$1.lock"
-  flock 9
+# Whether VENV's python has every PACKAGE==VERSION given.
+pypi_has_pins() {
+  local venv="$1"
+  shift
+  "$venv/bin/python" - "$@" 2> /dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
+PY
 }
-pypi_unlock() {
-  flock -u 9
-  exec 9>&-
+
+# pypi_venv NAME VENV LOG PACKAGE==VERSION...: makes VENV with the pinned
+# packages unless it has them all. One run at a time per VENV: VENV.lock
+# (file descriptor 9) is held while checking and making it, so that a
+# second run waits, then finds it made. Exits as pypi_install does.
+pypi_venv() {
+  local name="$1" venv="$2" log="$3" start
+  shift 3
+  mkdir -p "$(dirname "$venv")"
+  exec 9> "$venv.lock"
+  flock 9
+  if ! pypi_has_pins "$venv" "$@"; then
+    echo "$name: installing $* from PyPI into $venv" >&2
+    start=$SECONDS
+    pypi_install "$name" "$venv" "$log" "$@"
+    echo "$name: installed in $((SECONDS - start)) s" >&2
+  fi
+  exec 9>&-  # (closing it releases the lock)
 }

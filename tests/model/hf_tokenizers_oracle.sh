@@ -18,11 +18,5 @@ trap 'rm -rf "$work"' EXIT
 
 . "$here/../pypi_venv.sh"
 
-pypi_lock "$venv"
-if ! "$venv/bin/python" -c "import sys, tokenizers; sys.exit(tokenizers.__version__ != '$pin')" \
-     2> /dev/null; then
-  echo "hf_tokenizers_oracle: installing tokenizers==$pin from PyPI into $venv" >&2
-  pypi_install hf_tokenizers_oracle "$venv" "$work/pip.log" "tokenizers==$pin"
-fi
-pypi_unlock
+pypi_venv hf_tokenizers_oracle "$venv" "$work/pip.log" "tokenizers==$pin"
 "$venv/bin/python" "$here/hf_tokenizers_oracle.py" --octet "$octet" --work "$work" "$@"

@@ -23,23 +23,6 @@ trap 'rm -rf "$work"' EXIT
 
 . "$here/../pypi_venv.sh"
 
-# Whether the venv's python has every pinned version.
-has_pins() {
-  "$venv/bin/python" - "${pins[@]}" 2> /dev/null <<'PY'
-import sys
-from importlib.metadata import version
-sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
-PY
-}
-
-pypi_lock "$venv"
-if ! has_pins; then
-  echo "compressed_tensors_oracle: installing ${pins[*]} from PyPI into $venv" \
-       "(5.6 GB)" >&2
-  start=$SECONDS
-  pypi_install compressed_tensors_oracle "$venv" "$work/pip.log" "${pins[@]}"
-  echo "compressed_tensors_oracle: installed in $((SECONDS - start)) s" >&2
-fi
-pypi_unlock
+pypi_venv compressed_tensors_oracle "$venv" "$work/pip.log" "${pins[@]}"
 "$venv/bin/python" "$here/compressed_tensors_oracle.py" --octet "$octet" \
   --work "$work" "$@"
