@@ -434,16 +434,39 @@ TEST_F(CoordinatorTest, InvalidRequestsNameTheirField) {
   }
 }
 
+// A request whose deadline passes while it runs ends there: the client gets
+// DEADLINE_EXCEEDED and the server ends the request (counted CANCELLED).
+// Whether a request can finish in time must not depend on the machine's
+// speed (1000 tiny-model tokens once fit in 300 ms on a fast machine), so
+// the workers are held (SIGSTOP) while it runs: its step cannot end before
+// the deadline on any machine. They are let go well before their health
+// check (2 s) would fail the group.
 TEST_F(CoordinatorTest, AClientDeadlineEndsTheRequest) {
+  const std::map<std::string, double> before = Scrape();
+  const std::vector<pid_t> workers = testing::ChildrenOf(pid());
+  ASSERT_EQ(workers.size(), 2u);
+  for (pid_t w : workers) ASSERT_EQ(kill(w, SIGSTOP), 0);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(300));
   v1::GenerateResponse r;
-  const grpc::Status s = Stub()->Generate(&context, Request(kPrompt, 1000), &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  // The server goes on serving others.
+  const grpc::Status s = Stub()->Generate(&context, Request(kPrompt, 100), &r);
+  for (pid_t w : workers) kill(w, SIGCONT);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_message();
+  // The server ends it once the held step returns.
+  const std::string cancelled =
+      R"(octet_requests_total{code="CANCELLED",finish_reason="none"})";
+  double ended = 0;
+  for (int i = 0; i < 300 && ended < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ended = Increase(before, Scrape(), cancelled);
+  }
+  EXPECT_EQ(ended, 1) << "the server did not end the request within 30 s";
+  // And goes on serving others, on the same group.
   grpc::ClientContext next;
   EXPECT_TRUE(Stub()->Generate(&next, Request(kPrompt, 3), &r).ok());
+  EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
 }
 
 // A greedy stream of `max_new` tokens during which rank 1 of the serving
