@@ -24,6 +24,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/sampling.h"
+#include "tests/status_util.h"
 
 #ifdef OCTET_SAMPLING_ON_CUDA
 #include "kernels/cuda/backend.h"
@@ -64,10 +65,8 @@ class BackendSampling : public ::testing::Test {
         backend_->Allocate(logits.size() * sizeof(float));
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return {};
-    EXPECT_TRUE(backend_
-                    ->CopyToDevice(d->data(), logits.data(),
-                                   logits.size() * sizeof(float))
-                    .ok());
+    OCTET_EXPECT_OK(backend_->CopyToDevice(d->data(), logits.data(),
+                                           logits.size() * sizeof(float)));
     std::vector<SampledToken> out(rows.size());
     const absl::Status s =
         backend_->Sample(d->as<float>(), vocab, rows, out.data());

@@ -16,6 +16,7 @@
 #include "kernels/cuda/backend.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
+#include "tests/status_util.h"
 
 namespace octet {
 namespace {
@@ -45,17 +46,18 @@ class CudaOpsTest : public ::testing::Test {
   }
   DeviceBuffer Raw(Backend& b, const void* p, size_t bytes) {
     auto buf = b.Allocate(bytes);
-    EXPECT_TRUE(buf.ok());
-    EXPECT_TRUE(b.CopyToDevice(buf->data(), p, bytes).ok());
+    OCTET_EXPECT_OK(buf);
+    if (!buf.ok()) return DeviceBuffer();  // the test has failed already
+    OCTET_EXPECT_OK(b.CopyToDevice(buf->data(), p, bytes));
     return *std::move(buf);
   }
   std::vector<float> Read(Backend& b, const DeviceBuffer& buf, size_t n) {
     std::vector<float> out(n);
     if (b.kind() == DeviceKind::kCpu) {
-      EXPECT_TRUE(b.CopyToHost(out.data(), buf.data(), n * 4).ok());
+      OCTET_EXPECT_OK(b.CopyToHost(out.data(), buf.data(), n * 4));
     } else {
       std::vector<Bf16> h(n);
-      EXPECT_TRUE(b.CopyToHost(h.data(), buf.data(), n * 2).ok());
+      OCTET_EXPECT_OK(b.CopyToHost(h.data(), buf.data(), n * 2));
       for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(h[i]);
     }
     return out;
@@ -87,17 +89,15 @@ TEST_F(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
     DeviceBuffer dx = Act(*b, x), dy = Act(*b, y), out = Act(*b, x);
     DeviceBuffer w = Buf(*b, weight), rows_buf = Buf(*b, pick);
-    ASSERT_TRUE(
-        b->RmsNorm(dx.data(), w.as<float>(), rows, cols, 1e-5f, out.data())
-            .ok());
+    OCTET_ASSERT_OK(
+        b->RmsNorm(dx.data(), w.as<float>(), rows, cols, 1e-5f, out.data()));
     norm[i] = Read(*b, out, rows * cols);
-    ASSERT_TRUE(b->SiluMul(dx.data(), rows, cols / 2, out.data()).ok());
+    OCTET_ASSERT_OK(b->SiluMul(dx.data(), rows, cols / 2, out.data()));
     silu[i] = Read(*b, out, rows * cols / 2);
-    ASSERT_TRUE(
-        b->GatherRows(dx.data(), cols, rows_buf.as<int32_t>(), 4, out.data())
-            .ok());
+    OCTET_ASSERT_OK(
+        b->GatherRows(dx.data(), cols, rows_buf.as<int32_t>(), 4, out.data()));
     gathered[i] = Read(*b, out, 4 * cols);
-    ASSERT_TRUE(b->Add(dx.data(), dy.data(), rows * cols).ok());
+    OCTET_ASSERT_OK(b->Add(dx.data(), dy.data(), rows * cols));
     sum[i] = Read(*b, dx, rows * cols);
     ++i;
   }
@@ -125,15 +125,14 @@ TEST_F(CudaOpsTest, EmbeddingAndRopeMatchTheCpu) {
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
     DeviceBuffer t = Buf(*b, table), id = Buf(*b, ids),
                  out = Act(*b, std::vector<float>(tokens * hidden));
-    ASSERT_TRUE(b->Embedding(t.data(), DType::kBf16, vocab, hidden, 0,
-                             id.as<int32_t>(), tokens, out.data())
-                    .ok());
+    OCTET_ASSERT_OK(b->Embedding(t.data(), DType::kBf16, vocab, hidden, 0,
+                                 id.as<int32_t>(), tokens, out.data()));
     emb[i] = Read(*b, out, tokens * hidden);
     DeviceBuffer dq = Act(*b, q), pos = Buf(*b, positions),
                  f = Buf(*b, inv_freq);
-    ASSERT_TRUE(b->Rope(dq.data(), tokens, heads, head_dim, heads * head_dim,
-                        pos.as<int32_t>(), f.as<float>())
-                    .ok());
+    OCTET_ASSERT_OK(b->Rope(dq.data(), tokens, heads, head_dim,
+                            heads * head_dim, pos.as<int32_t>(),
+                            f.as<float>()));
     rope[i] = Read(*b, dq, tokens * heads * head_dim);
     ++i;
   }
@@ -152,12 +151,11 @@ TEST_F(CudaOpsTest, HeadNormsAndBiasesMatchTheCpu) {
   int i = 0;
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
     DeviceBuffer dx = Act(*b, x), dw = Buf(*b, w), db = Buf(*b, bias);
-    ASSERT_TRUE(b->RmsNormHeads(dx.data(), tokens, heads, head_dim, stride,
-                                dw.as<float>(), 1e-6f)
-                    .ok());
+    OCTET_ASSERT_OK(b->RmsNormHeads(dx.data(), tokens, heads, head_dim, stride,
+                                    dw.as<float>(), 1e-6f));
     normed[i] = Read(*b, dx, tokens * stride);
     DeviceBuffer dy = Act(*b, x);
-    ASSERT_TRUE(b->AddBias(dy.data(), db.as<float>(), tokens, stride).ok());
+    OCTET_ASSERT_OK(b->AddBias(dy.data(), db.as<float>(), tokens, stride));
     biased[i] = Read(*b, dy, tokens * stride);
     ++i;
   }
@@ -201,20 +199,17 @@ TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
       w.scale = Buf(*b, std::vector<float>{0.02f});
       const RowGroups g =
           groups == 1 ? RowGroups{} : RowGroups{groups, dseq.as<int32_t>()};
-      ASSERT_TRUE(b->AbsMax(dx.data(), rows, in, g, dmax.as<float>()).ok());
-      ASSERT_TRUE(b->Quantize(dx.data(), rows, in, g, dmax.as<float>(),
-                              dq.as<uint8_t>(), dscale.as<float>())
-                      .ok());
-      ASSERT_TRUE(b->GemmE4m3(dq.as<uint8_t>(), dscale.as<float>(), g, rows, w,
-                              dy.data())
-                      .ok());
+      OCTET_ASSERT_OK(b->AbsMax(dx.data(), rows, in, g, dmax.as<float>()));
+      OCTET_ASSERT_OK(b->Quantize(dx.data(), rows, in, g, dmax.as<float>(),
+                                  dq.as<uint8_t>(), dscale.as<float>()));
+      OCTET_ASSERT_OK(b->GemmE4m3(dq.as<uint8_t>(), dscale.as<float>(), g, rows,
+                                  w, dy.data()));
       absmax[i].resize(groups);
       scale[i].resize(groups);
-      ASSERT_TRUE(
-          b->CopyToHost(absmax[i].data(), dmax.data(), groups * 4).ok());
-      ASSERT_TRUE(
-          b->CopyToHost(scale[i].data(), dscale.data(), groups * 4).ok());
-      ASSERT_TRUE(b->CopyToHost(q[i].data(), dq.data(), rows * in).ok());
+      OCTET_ASSERT_OK(b->CopyToHost(absmax[i].data(), dmax.data(), groups * 4));
+      OCTET_ASSERT_OK(
+          b->CopyToHost(scale[i].data(), dscale.data(), groups * 4));
+      OCTET_ASSERT_OK(b->CopyToHost(q[i].data(), dq.data(), rows * in));
       y[i] = Read(*b, dy, rows * out);
       ++i;
     }
@@ -244,10 +239,10 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpu) {
   int i = 0;
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
     DeviceBuffer dx = Buf(*b, x), out = Buf(*b, std::vector<int32_t>(8, -1));
-    ASSERT_TRUE(b->Argmax(dx.as<float>(), 8, cols, out.as<int32_t>()).ok());
+    OCTET_ASSERT_OK(b->Argmax(dx.as<float>(), 8, cols, out.as<int32_t>()));
     got[i].resize(8);
-    ASSERT_TRUE(
-        b->CopyToHost(got[i].data(), out.data(), 8 * sizeof(int32_t)).ok());
+    OCTET_ASSERT_OK(
+        b->CopyToHost(got[i].data(), out.data(), 8 * sizeof(int32_t)));
     ++i;
   }
   EXPECT_EQ(got[0], got[1]);
@@ -312,9 +307,9 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
                              11,
                              block,
                              window};
-      ASSERT_TRUE(b->Attention(dq.data(), heads * head_dim, heads, kv_heads,
-                               head_dim, meta, dk.data(), dv.data(), o.data())
-                      .ok());
+      OCTET_ASSERT_OK(b->Attention(dq.data(), heads * head_dim, heads, kv_heads,
+                                   head_dim, meta, dk.data(), dv.data(),
+                                   o.data()));
       out[i++] = Read(*b, o, tokens * heads * head_dim);
     }
     ExpectNear(out[1], out[0], 0x1p-6, 5e-3,

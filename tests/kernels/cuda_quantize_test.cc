@@ -17,6 +17,7 @@
 #include "kernels/fp8.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
+#include "tests/status_util.h"
 
 namespace octet {
 namespace {
@@ -63,15 +64,16 @@ void CheckAgainstCpu(CudaE4m3Quantizer& qz, const std::vector<float>& x,
     cpu = QuantizeE4m3Dynamic(x.data(), n, want.data(), kReference);
     cpu_absmax = AbsMax(x.data(), n, kReference);
   }
-  ASSERT_TRUE(cpu.ok() && cpu_absmax.ok());
+  OCTET_ASSERT_OK(cpu);
+  OCTET_ASSERT_OK(cpu_absmax);
   const DType dtype = bf16 ? DType::kBf16 : DType::kF32;
   if (mode == Mode::kDynamic) {
-    ASSERT_TRUE(
-        qz.QuantizeDynamic(x_ptr, dtype, n, q_ptr, d_scale, nullptr).ok());
+    OCTET_ASSERT_OK(
+        qz.QuantizeDynamic(x_ptr, dtype, n, q_ptr, d_scale, nullptr));
   } else {
-    ASSERT_TRUE(qz.AbsMax(x_ptr, dtype, n, d_absmax, nullptr).ok());
-    ASSERT_TRUE(
-        qz.Quantize(x_ptr, dtype, n, d_absmax, q_ptr, d_scale, nullptr).ok());
+    OCTET_ASSERT_OK(qz.AbsMax(x_ptr, dtype, n, d_absmax, nullptr));
+    OCTET_ASSERT_OK(
+        qz.Quantize(x_ptr, dtype, n, d_absmax, q_ptr, d_scale, nullptr));
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> scales = CopyToHost<float>(dscale.get(), 2);
@@ -149,15 +151,15 @@ TEST(CudaQuantize, QuantizeUsesTheGivenAbsmax) {
   const std::vector<float> x = MixedFloats(10000, 5);
   const float given = 3.0f * *AbsMax(x.data(), x.size(), kReference);
   std::vector<uint8_t> want(x.size());
-  ASSERT_TRUE(QuantizeE4m3(x.data(), x.size(), E4m3ScaleFromAbsmax(given).inv,
-                           want.data(), kReference)
-                  .ok());
+  OCTET_ASSERT_OK(QuantizeE4m3(x.data(), x.size(),
+                               E4m3ScaleFromAbsmax(given).inv, want.data(),
+                               kReference));
   DeviceBuffer dx(x.size() * 4), dq(x.size()), ds(8);
   ASSERT_TRUE(CopyToDevice(x, dx.get()));
   ASSERT_TRUE(CopyToDevice(std::vector<float>{given}, ds.get(4)));
-  ASSERT_TRUE(qz->Quantize(dx.get(), DType::kF32, x.size(), ds.get<float>(4),
-                           dq.get<uint8_t>(), ds.get<float>(0), nullptr)
-                  .ok());
+  OCTET_ASSERT_OK(qz->Quantize(dx.get(), DType::kF32, x.size(),
+                               ds.get<float>(4), dq.get<uint8_t>(),
+                               ds.get<float>(0), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(CopyToHost<float>(ds.get(), 1),
             std::vector<float>{E4m3ScaleFromAbsmax(given).scale});
@@ -172,15 +174,14 @@ TEST(CudaQuantize, DequantizeMatchesCpu) {
   for (int c = 0; c < 256; ++c) q[c] = static_cast<uint8_t>(c);
   const float scale = 0.0123f;
   std::vector<float> want(256);
-  ASSERT_TRUE(
-      DequantizeE4m3(q.data(), 256, scale, want.data(), kReference).ok());
+  OCTET_ASSERT_OK(
+      DequantizeE4m3(q.data(), 256, scale, want.data(), kReference));
   DeviceBuffer dq(256), dy(256 * 4), ds(4);
   ASSERT_TRUE(CopyToDevice(q, dq.get()));
   ASSERT_TRUE(CopyToDevice(std::vector<float>{scale}, ds.get()));
   for (DType out : {DType::kF32, DType::kBf16}) {
-    ASSERT_TRUE(qz->Dequantize(dq.get<uint8_t>(), 256, ds.get<float>(),
-                               dy.get(), out, nullptr)
-                    .ok());
+    OCTET_ASSERT_OK(qz->Dequantize(dq.get<uint8_t>(), 256, ds.get<float>(),
+                                   dy.get(), out, nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got =
         out == DType::kF32 ? CopyToHost<float>(dy.get(), 256)

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "parallel/store.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/status_util.h"
 
 namespace octet {
 namespace {
@@ -25,18 +26,18 @@ TEST(NcclCommunicator, OneRankCollectivesOnTheDevice) {
   const std::vector<float> x = {1.5f, -2.0f, 3.0f, 448.0f};
   testing::DeviceBuffer d(64), out(64);
   ASSERT_TRUE(testing::CopyToDevice(x, d.get()));
-  ASSERT_TRUE((*comm)->AllReduceSum(d.get<float>(), 4).ok());
-  ASSERT_TRUE((*comm)->AllReduceMax(d.get<float>(), 4).ok());
+  OCTET_ASSERT_OK((*comm)->AllReduceSum(d.get<float>(), 4));
+  OCTET_ASSERT_OK((*comm)->AllReduceMax(d.get<float>(), 4));
   // Enqueued on the stream: the host reads after Await.
-  ASSERT_TRUE((*comm)->Await().ok());
+  OCTET_ASSERT_OK((*comm)->Await());
   EXPECT_EQ(testing::CopyToHost<float>(d.get(), 4), x);
-  ASSERT_TRUE((*comm)->AllGather(d.get<float>(), 4, out.get<float>()).ok());
-  ASSERT_TRUE((*comm)->Await().ok());
+  OCTET_ASSERT_OK((*comm)->AllGather(d.get<float>(), 4, out.get<float>()));
+  OCTET_ASSERT_OK((*comm)->Await());
   EXPECT_EQ(testing::CopyToHost<float>(out.get(), 4), x);
-  ASSERT_TRUE((*comm)->Broadcast(d.get(), 16, 0).ok());
-  ASSERT_TRUE((*comm)->Await().ok());
+  OCTET_ASSERT_OK((*comm)->Broadcast(d.get(), 16, 0));
+  OCTET_ASSERT_OK((*comm)->Await());
   EXPECT_EQ(testing::CopyToHost<float>(d.get(), 4), x);
-  EXPECT_TRUE((*comm)->Barrier().ok());
+  OCTET_EXPECT_OK((*comm)->Barrier());
   EXPECT_EQ((*comm)->Broadcast(d.get(), 16, 1).code(),
             absl::StatusCode::kInvalidArgument);
 }

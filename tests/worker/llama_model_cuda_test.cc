@@ -14,6 +14,7 @@
 #include "kernels/cuda/backend.h"
 #include "model/synthetic.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/status_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
 #include "tools/fp8_export.h"
@@ -35,11 +36,10 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
     const fs::path dir =
         fs::temp_directory_path() /
         absl::StrCat("octet_cuda_model_", ::getpid(), "_", GetParam());
-    ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset(GetParam()),
-                                         {.seed = 41}, dir.string())
-                    .ok());
+    OCTET_ASSERT_OK(WriteSyntheticCheckpoint(*SyntheticPreset(GetParam()),
+                                             {.seed = 41}, dir.string()));
     auto c = Checkpoint::Open(dir.string());
-    ASSERT_TRUE(c.ok());
+    OCTET_ASSERT_OK(c);
     ckpt_ = *std::move(c);
   }
 
@@ -82,8 +82,8 @@ TEST_P(CudaModelTest, ChannelTokenSchemeMatchesItsReference) {
       absl::StrCat("octet_cuda_ct_", ::getpid(), "_", GetParam());
   Fp8ExportOptions channel_token;
   channel_token.scheme = "fp8-channel-token";
-  ASSERT_TRUE(
-      ExportFp8Checkpoint(ckpt_->dir(), dir.string(), channel_token).ok());
+  OCTET_ASSERT_OK(
+      ExportFp8Checkpoint(ckpt_->dir(), dir.string(), channel_token));
   auto ct = Checkpoint::Open(dir.string());
   ASSERT_TRUE(ct.ok()) << ct.status();
   std::mt19937 rng(4);
@@ -123,7 +123,7 @@ TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
       requests.push_back(r);
     }
     auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-    ASSERT_TRUE(cache.ok());
+    OCTET_ASSERT_OK(cache);
     auto batched = Generate(**model, **cache, requests);
     GenerationOptions alone;
     alone.one_at_a_time = true;

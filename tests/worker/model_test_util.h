@@ -14,9 +14,15 @@
 
 namespace octet::testing {
 
-// max |got - want| / max |want|.
+// max |got - want| / max |want|; infinity (failing any bound) and a test
+// failure when the sizes differ, e.g. `got` empty after a failed forward.
 inline double MaxRelError(const std::vector<float>& got,
                           const std::vector<double>& want) {
+  if (got.size() != want.size() || want.empty()) {
+    ADD_FAILURE() << "MaxRelError: " << got.size() << " values against "
+                  << want.size();
+    return HUGE_VAL;
+  }
   double err = 0, scale = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     err = std::max(err, std::fabs(got[i] - want[i]));
@@ -46,11 +52,14 @@ inline std::vector<float> LastLogits(LlamaModel& model,
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return {};
   std::vector<int32_t> table;
-  EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+  absl::Status s = (*cache)->Reserve(prompt.size(), &table);
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return {};
   std::vector<float> logits;
   SequenceStep step{prompt, 0, &table};
-  absl::Status s = model.Forward({&step, 1}, **cache, &logits, trace);
+  s = model.Forward({&step, 1}, **cache, &logits, trace);
   EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return {};  // empty: every comparison with it fails
   return logits;
 }
 
@@ -71,6 +80,8 @@ inline std::vector<int32_t> GreedyFp8Tokens(const std::string& dir,
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
   auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return {};
   GenerationRequest r;
   r.prompt = prompt;
   r.max_new_tokens = max_new;
