@@ -9,18 +9,33 @@
 // binary32 accumulation (FP8 fast accumulation is off), Y in f32 or bf16;
 // K == 0 gives Y = 0 without asking cuBLASLt. The scales are device
 // pointers, so a scale computed on the GPU (quantize.h) is used without a
-// host round trip.
+// host round trip. Any 4-byte aligned scale pointer works: cuBLASLt wants
+// 16-byte aligned ones, so a scale that is not is first copied, on the
+// same stream (and so also in captured work), into a slot this object owns.
 //
-// For each shape the cuBLASLt heuristic is asked once and its choice cached
-// with the descriptors. Shapes cuBLASLt cannot serve (e.g. K or N not a
-// multiple of 16 for FP8, misaligned pointers) go to a simple, correct CUDA
-// kernel (gemm_fallback.cu) instead, 30-100x slower: that is said once per
-// weight shape through Options::on_fallback (stderr by default), and
-// LastPath() / LastFallbackReason() say which path the last call took.
+// For each problem the cuBLASLt heuristic is asked once and its choice
+// cached with the descriptors. FP8 descriptors carry real scale pointers
+// before the heuristic is asked: with outer-vector (per-row) scales
+// cuBLASLt refuses a descriptor without them (CUBLAS_STATUS_INVALID_VALUE,
+// seen on an H200 with cuBLASLt 13.1). Problems cuBLASLt cannot or will not
+// serve (K or N not a multiple of 16 for FP8, misaligned operands, any
+// refusal of the heuristic) go to a simple, correct CUDA kernel
+// (gemm_fallback.cu) instead, 30-100x slower, or for per-row scales to the
+// two-pass path: that is said once per weight shape through
+// Options::on_fallback (stderr by default), and LastPath() /
+// LastFallbackReason() say which path the last call took.
+//
+// Tensor parallelism (docs/design.md, "TP invariance"): cuBLASLt chooses
+// an algorithm per shape, and with it the order in which a dot product's
+// terms are added. A rank that computes a slice of a layer passes the whole
+// layer's shape (plan_n, plan_k below): the algorithm is chosen for that
+// (TP = 1's problem) and run on the slice, so that each output element is
+// computed the same way at every TP degree; planned problems also assume
+// only the 16-byte operand alignment every rank's buffers have.
 //
 // Thread-safe: the plan cache is guarded by a mutex; kernels are enqueued on
-// the caller's stream. The workspace is shared, so concurrent calls must be
-// on the same stream (or use one CublasLtGemm per stream).
+// the caller's stream. The workspace and scratch are shared, so concurrent
+// calls must be on the same stream (or use one CublasLtGemm per stream).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,6 +59,8 @@ class CublasLtGemm {
   // The most rows and columns E4m3RowGroups serves in one GEMM.
   static constexpr int64_t kMaxOuterRows = 65536;
   static constexpr int64_t kMaxOuterColumns = 262144;
+  // The most K blocks BlockSums adds (CudaTreeSum's limit).
+  static constexpr int64_t kMaxBlocks = 64;
 
   struct Options {
     // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
@@ -67,10 +84,13 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
+  // plan_n, in every GEMM: the output columns of the whole layer when this
+  // call computes a tensor-parallel slice of them (0: n). See the note at
+  // the top.
   absl::Status E4m3(const uint8_t* qa, const float* d_scale_a,
                     const uint8_t* qb, const float* d_scale_b, int64_t m,
                     int64_t n, int64_t k, void* y, DType y_dtype,
-                    cudaStream_t stream);
+                    cudaStream_t stream, int64_t plan_n = 0);
 
   // E4m3 with one activation scale per group of consecutive rows of qa
   // (RowGroups in kernels/backend.h; d_row_group device [m]): row r of Y is
@@ -84,7 +104,7 @@ class CublasLtGemm {
                              const int32_t* d_row_group, const uint8_t* qb,
                              const float* d_scale_b, int64_t m, int64_t n,
                              int64_t k, void* y, DType y_dtype,
-                             cudaStream_t stream);
+                             cudaStream_t stream, int64_t plan_n = 0);
 
   // E4m3RowGroups with one weight scale per output column (per-channel
   // weights, compressed-tensors' "channel" strategy; d_scale_b device [n]):
@@ -97,11 +117,23 @@ class CublasLtGemm {
                                 const int32_t* d_row_group, const uint8_t* qb,
                                 const float* d_scale_b, int64_t m, int64_t n,
                                 int64_t k, void* y, DType y_dtype,
-                                cudaStream_t stream);
+                                cudaStream_t stream, int64_t plan_n = 0);
 
   absl::Status Bf16(const octet::Bf16* a, const octet::Bf16* b, int64_t m,
                     int64_t n, int64_t k, void* y, DType y_dtype,
-                    cudaStream_t stream);
+                    cudaStream_t stream, int64_t plan_n = 0);
+
+  // Row-parallel block sums (Backend::GemmBlockSums): sums[m][n] (binary32)
+  // = x·wᵀ with K cut into `blocks` equal blocks, each summed as if it were
+  // the whole K, the block sums added in TreeSum order (kernels/tree_sum.h);
+  // x [m][k] and w [n][k] both e4m3 codes (unscaled sums) or both bfloat16
+  // (in_dtype). The blocks run as one batched GEMM whose algorithm is
+  // chosen for the whole layer's K, plan_k (0: k), cut into blocks of the
+  // same size: a block's sums are the same bits on whichever rank, and in
+  // whichever position, it is computed. blocks <= kMaxBlocks.
+  absl::Status BlockSums(const void* x, const void* w, DType in_dtype,
+                         int64_t m, int64_t n, int64_t k, int64_t blocks,
+                         int64_t plan_k, float* sums, cudaStream_t stream);
 
   // The path the most recent call took, and when it was the fallback, why.
   Path LastPath() const;
@@ -111,16 +143,27 @@ class CublasLtGemm {
  private:
   struct State;  // cuBLASLt handle, workspace, plan cache (gemm.cc)
   explicit CublasLtGemm(std::unique_ptr<State> state);
-  absl::Status Run(bool fp8, int64_t m, int64_t n, int64_t k, DType y_dtype,
-                   const void* a, const void* b, const float* d_scale_a,
-                   const float* d_scale_b, void* y, cudaStream_t stream);
+  // One GEMM with scalar scales (FP8; null for BF16) on cuBLASLt or the
+  // fallback kernel.
+  absl::Status Run(bool fp8, int64_t m, int64_t n, int64_t k, int64_t plan_n,
+                   DType y_dtype, const void* a, const void* b,
+                   const float* d_scale_a, const float* d_scale_b, void* y,
+                   cudaStream_t stream);
   // E4m3RowGroups and E4m3ColumnScales: d_scale_b is one scale, or with
   // b_per_column one per column of y.
   absl::Status ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
                           const int32_t* d_row_group, const uint8_t* qb,
                           const float* d_scale_b, bool b_per_column, int64_t m,
-                          int64_t n, int64_t k, void* y, DType y_dtype,
-                          cudaStream_t stream);
+                          int64_t n, int64_t k, int64_t plan_n, void* y,
+                          DType y_dtype, cudaStream_t stream);
+  // ScaledE4m3 in one GEMM with outer-vector scales; *done false when
+  // cuBLASLt refuses them (the caller takes the two passes).
+  absl::Status OuterVectorE4m3(const uint8_t* qa, const float* d_scale_a,
+                               const int32_t* d_row_group, const uint8_t* qb,
+                               const float* d_scale_b, bool b_per_column,
+                               int64_t m, int64_t n, int64_t k, int64_t plan_n,
+                               void* y, DType y_dtype, cudaStream_t stream,
+                               bool* done);
 
   std::unique_ptr<State> state_;
 };
