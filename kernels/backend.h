@@ -71,6 +71,10 @@ struct LinearWeight {
   DeviceBuffer scale;
   DeviceBuffer input_scale;  // empty: dynamic activation scales
   bool scale_per_row = false;
+  // The layer's shape before tensor-parallel slicing (TP = 1's); 0: out /
+  // in. A backend whose GEMM chooses its arithmetic by shape (cuBLASLt)
+  // plans for this one, so that the slice computes TP = 1's bits.
+  int64_t full_out = 0, full_in = 0;
 };
 
 // Where the tokens of one forward pass sit in the paged KV cache.
@@ -89,6 +93,11 @@ struct AttentionMetadata {
   // [num_query_tiles][2] (first token, tokens). Null: none given.
   const int32_t* query_tiles = nullptr;
   int64_t num_query_tiles = 0;
+  // The model's head counts before tensor-parallel slicing (TP = 1's); 0:
+  // the call's own. A backend that cuts attention by occupancy (CUDA:
+  // parts of the keys) plans with these, so that a head's arithmetic does
+  // not change with the TP degree.
+  int64_t full_heads = 0, full_kv_heads = 0;
 };
 
 // The query tiles of a batch whose sequences' new tokens are the runs
@@ -275,15 +284,18 @@ class Backend {
   //   block sums added in TreeSum order. For e4m3 weights x is the codes and
   //   the sums are unscaled, so that ranks can add theirs first;
   //   ScaleRows: y = sums · (q_scale[g] · w.scale) for each row of group g
-  //   (the two scales multiplied first: GemmE4m3's rounding), y in the
-  //   activation dtype; y may be sums itself when that is binary32.
+  //   (the two scales multiplied first: GemmE4m3's rounding; with
+  //   w.scale_per_row, column c's own w.scale[c]), or y = sums when q_scale
+  //   is null (unquantized sums, or sums scaled already), rounded once to
+  //   y_dtype: binary32 or the activation dtype. y may be sums itself when
+  //   y_dtype is binary32.
   virtual bool has_block_sums() const { return false; }
   virtual absl::Status GemmBlockSums(const void* x, int64_t rows,
                                      const LinearWeight& w, int64_t k_blocks,
                                      float* sums);
   virtual absl::Status ScaleRows(const float* sums, int64_t rows,
                                  const float* q_scale, const RowGroups& groups,
-                                 const LinearWeight& w, void* y);
+                                 const LinearWeight& w, void* y, DType y_dtype);
 
   // out[r] = the index of the largest of the `cols` binary32 values of row r
   // (logits; greedy sampling on the device, so only the ids come back):
@@ -348,7 +360,7 @@ inline absl::Status Backend::GemmBlockSums(const void*, int64_t,
 
 inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
-                                       void*) {
+                                       void*, DType) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
 }
 

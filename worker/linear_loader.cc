@@ -380,6 +380,8 @@ absl::StatusOr<LinearWeight> LoadLinearStaged(
   OCTET_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetParts(ckpt, parts));
   LinearWeight w;
   for (size_t i = 0; i < views.size(); ++i) {
+    w.full_out += views[i].shape[0];  // before slicing: TP = 1's shape
+    w.full_in = views[i].shape[1];
     OCTET_RETURN_IF_ERROR(SliceView(slice, i, views[i], staging[i]));
     w.out += views[i].shape[0];
     w.in = views[i].shape[1];
@@ -463,9 +465,11 @@ absl::StatusOr<LinearWeight> LoadTableE4m3PerRow(const Checkpoint& ckpt,
     return absl::InvalidArgumentError(
         absl::StrCat(t.file, ": tensor '", name, "' must be a float tensor"));
   }
+  LinearWeight w;
+  w.full_out = t.shape[0];  // before slicing: TP = 1's shape
+  w.full_in = t.shape[1];
   std::vector<uint8_t> staging;
   OCTET_RETURN_IF_ERROR(SliceView(slice, 0, t, staging));
-  LinearWeight w;
   w.out = t.shape[0];
   w.in = t.shape[1];
   w.dtype = DType::kE4m3;

@@ -213,16 +213,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
 }
 
 void LlamaModel::ChooseRowParallelBlocks() {
-  if (!backend_.has_block_sums() ||
-      backend_.activation_dtype() != DType::kF32) {
-    return;
-  }
+  if (!backend_.has_block_sums()) return;
   const ModelConfig& c = config_;
   for (auto [blocks, k] : {std::pair{&o_blocks_, c.num_heads * c.head_dim},
                            std::pair{&down_blocks_, c.intermediate_size}}) {
     blocks->global = GlobalBlocks(k);
+    // A TP degree that does not divide the blocks: this rank's K as one
+    // block, summed in binary32 still, but as the TP degree cuts it.
     blocks->local =
-        blocks->global % plan_.size == 0 ? blocks->global / plan_.size : 0;
+        blocks->global % plan_.size == 0 ? blocks->global / plan_.size : 1;
   }
 }
 
@@ -257,6 +256,8 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
   } else if (config_.tie_word_embeddings) {
     lm_head_.out = embedding_.out;
     lm_head_.in = embedding_.in;
+    lm_head_.full_out = embedding_.full_out;
+    lm_head_.full_in = embedding_.full_in;
     lm_head_.dtype = embedding_.dtype;
     lm_head_.data = DeviceBuffer(nullptr, embedding_.data.data(),
                                  embedding_.data.bytes());  // a view
@@ -427,6 +428,10 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     OCTET_RETURN_IF_ERROR(
         Grow(backend_, s.act, tokens * plan_.intermediate * act));
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.codes, tokens * widest_in));
+    if (act != sizeof(float) && backend_.has_block_sums()) {
+      OCTET_RETURN_IF_ERROR(
+          Grow(backend_, s.sums, tokens * c.hidden_size * sizeof(float)));
+    }
     s.tokens = tokens;
   }
   if (seqs > s.seqs) {
@@ -478,11 +483,11 @@ absl::Status LlamaModel::AwaitCollectives() {
   return options_.comm->Await();
 }
 
-absl::Status LlamaModel::AllReduceSum(void* x, int64_t count) {
+absl::Status LlamaModel::AllReduceSum(void* x, int64_t count, DType dtype) {
   if (plan_.size == 1) return absl::OkStatus();
-  // In the activation dtype, in the backend's memory (the communicator's:
-  // host for CPU ranks, the GPU's for staged or NCCL ones).
-  if (backend_.activation_dtype() == DType::kBf16) {
+  // In the backend's memory (the communicator's: host for CPU ranks, the
+  // GPU's for staged or NCCL ones).
+  if (dtype == DType::kBf16) {
     return options_.comm->AllReduceSumBf16(x, count);
   }
   return options_.comm->AllReduceSum(static_cast<float*>(x), count);
@@ -525,34 +530,37 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
                                            int64_t rows, const RowGroups& seqs,
                                            void* y, ForwardTrace* trace) {
   const int64_t count = rows * w.out;
-  if (blocks.local == 0) {  // sums that depend on the TP degree
+  const DType act = backend_.activation_dtype();
+  if (blocks.local == 0) {  // no block sums: partials in the activation dtype
     OCTET_RETURN_IF_ERROR(Linear(w, x, rows, seqs, true, y, trace));
-    return AllReduceSum(y, count);
+    return AllReduceSum(y, count, act);
   }
-  // Block sums (Load: binary32 activations), added across the ranks in
-  // TreeSum order by the communicator.
-  float* sums = static_cast<float*>(y);
-  if (w.dtype != DType::kE4m3) {
-    OCTET_RETURN_IF_ERROR(
-        backend_.GemmBlockSums(x.x, rows, w, blocks.local, sums));
-    return AllReduceSum(sums, count);
-  }
+  // Block sums in binary32 (in y itself when that is binary32), added
+  // across the ranks in TreeSum order by the communicator, then scaled and
+  // rounded once into y.
+  float* sums =
+      act == DType::kF32 ? static_cast<float*>(y) : scratch_.sums.as<float>();
+  const void* in = x.x;
   RowGroups groups;
-  const float* scale;
+  const float* scale = nullptr;  // FP8: the activation scales
+  if (w.dtype == DType::kE4m3) {
+    OCTET_RETURN_IF_ERROR(
+        QuantizeInput(w, x, rows, seqs, true, &groups, &scale, trace));
+    in = scratch_.codes.data();
+  }
   OCTET_RETURN_IF_ERROR(
-      QuantizeInput(w, x, rows, seqs, true, &groups, &scale, trace));
-  OCTET_RETURN_IF_ERROR(backend_.GemmBlockSums(scratch_.codes.as<uint8_t>(),
-                                               rows, w, blocks.local, sums));
-  // Scale once after the sum when every rank scales the same way (as one
-  // rank would); otherwise each rank scales its own part first.
+      backend_.GemmBlockSums(in, rows, w, blocks.local, sums));
+  // FP8 scales once after the sum when every rank scales the same way (as
+  // one rank would); otherwise each rank scales its own part first.
   const bool act_scale_shared =
       plan_.size == 1 || sync_absmax_ || w.input_scale.data() != nullptr;
-  if (scale_shared && act_scale_shared) {
-    OCTET_RETURN_IF_ERROR(AllReduceSum(sums, count));
-    return backend_.ScaleRows(sums, rows, scale, groups, w, y);
+  if (scale != nullptr && !(scale_shared && act_scale_shared)) {
+    OCTET_RETURN_IF_ERROR(
+        backend_.ScaleRows(sums, rows, scale, groups, w, sums, DType::kF32));
+    scale = nullptr;
   }
-  OCTET_RETURN_IF_ERROR(backend_.ScaleRows(sums, rows, scale, groups, w, y));
-  return AllReduceSum(y, count);
+  OCTET_RETURN_IF_ERROR(AllReduceSum(sums, count, DType::kF32));
+  return backend_.ScaleRows(sums, rows, scale, groups, w, y, act);
 }
 
 absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
@@ -772,6 +780,8 @@ AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
   meta.max_blocks = batch.max_blocks;
   meta.block_size = cache.block_size();
   meta.sliding_window = config_.sliding_window.value_or(0);
+  meta.full_heads = config_.num_heads;  // TP = 1's, for attention plans
+  meta.full_kv_heads = config_.num_kv_heads;
   return meta;
 }
 
@@ -782,7 +792,7 @@ absl::Status LlamaModel::Embed(int64_t tokens) {
   OCTET_RETURN_IF_ERROR(backend_.Embedding(
       embedding_.data.data(), embedding_.dtype, embedding_.out, h,
       plan_.vocab_begin, s.ids, tokens, s.h.data()));
-  return AllReduceSum(s.h.data(), tokens * h);
+  return AllReduceSum(s.h.data(), tokens * h, backend_.activation_dtype());
 }
 
 absl::Status LlamaModel::AttentionBlock(int64_t l,

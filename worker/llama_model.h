@@ -15,12 +15,14 @@
 // single tokens (decode), each with its own position and block table.
 // With tensor parallelism every rank of the group calls Forward with the
 // same steps; each holds its slice of the weights and of the KV heads, and
-// every rank returns the whole logits. On backends with block sums (the CPU)
-// the row-parallel layers (o_proj, down_proj) cut K into a fixed number of
-// blocks at every TP degree, TP = 1 included, and add the blocks' and the
-// ranks' sums in one fixed order (kernels/tree_sum.h), so that the logits do
-// not change with the TP degree: bit for bit unquantized and in FP8 when the
-// ranks share weight scales (global scales, FP8 checkpoints).
+// every rank returns the whole logits. On backends with block sums (the CPU
+// and CUDA) the row-parallel layers (o_proj, down_proj) cut K into a fixed
+// number of blocks at every TP degree, TP = 1 included, sum them in
+// binary32, and add the blocks' and the ranks' sums in one fixed order
+// (kernels/tree_sum.h) before one rounding, so that the logits do not
+// change with the TP degree: bit for bit unquantized and in FP8 when the
+// ranks share weight scales (global scales, FP8 checkpoints); on CUDA also
+// when cuBLASLt runs TP = 1's algorithms on the slices (docs/design.md).
 // Not thread-safe: one worker thread drives a model and its cache.
 #pragma once
 
@@ -163,7 +165,9 @@ class LlamaModel {
     bool o_scale_shared = true, down_scale_shared = true;
   };
   // K blocks of a row-parallel layer: `global` at every TP degree, `local`
-  // of them on this rank; local = 0: no block sums (not TP-invariant).
+  // of them on this rank; local = 0: the backend has no block sums. When
+  // the TP degree does not divide `global`, local is 1 (this rank's K as
+  // one block), and the sums depend on the TP degree.
   struct KBlocks {
     int64_t global = 0, local = 0;
   };
@@ -172,6 +176,9 @@ class LlamaModel {
     int64_t tokens = 0, seqs = 0, table_entries = 0;
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
+    // Row-parallel block sums, binary32 [tokens][hidden], when the
+    // activations are not binary32 (then they are y itself).
+    DeviceBuffer sums;
     // A forward's metadata in one buffer, so that it goes up in one copy:
     // ids, positions, slots, token_seq [tokens]; query_tiles [2 * tokens];
     // last_rows [seqs]; tables [table_entries] (int32, at the offsets of
@@ -209,7 +216,7 @@ class LlamaModel {
 
   // Load's steps, in order.
 
-  // Sets o_blocks_ and down_blocks_ (none without binary32 block sums).
+  // Sets o_blocks_ and down_blocks_ (none without block sums).
   void ChooseRowParallelBlocks();
   // Loads the embeddings, lm_head, final norm and RoPE frequencies.
   absl::Status LoadTables(const Checkpoint& ckpt, const WeightPolicy& policy);
@@ -309,9 +316,9 @@ class LlamaModel {
   // or FP8 (ModelOptions::quantize_lm_head).
   absl::Status LmHead(int64_t num_seqs, void* logits);
   absl::Status AwaitCollectives();
-  // Sums `count` activations across the ranks (row-parallel outputs,
-  // embeddings); nothing on one rank.
-  absl::Status AllReduceSum(void* x, int64_t count);
+  // Sums `count` values of `dtype` (binary32 block sums, or embeddings in
+  // the activation dtype) across the ranks; nothing on one rank.
+  absl::Status AllReduceSum(void* x, int64_t count, DType dtype);
 
   Backend& backend_;
   const ModelConfig config_;

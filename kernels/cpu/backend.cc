@@ -257,14 +257,22 @@ class CpuBackend : public Backend {
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y) override {
+                         void* y, DType y_dtype) override {
+    if (y_dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          "ScaleRows: the CPU backend writes binary32");
+    }
+    float* out = static_cast<float*>(y);
+    if (q_scale == nullptr) {  // no scales: the sums as they are
+      if (out != sums) std::memcpy(out, sums, rows * w.out * sizeof(float));
+      return absl::OkStatus();
+    }
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
     }
     absl::Status s = SpreadRowScales(rows, q_scale, groups, "ScaleRows");
     if (!s.ok()) return s;
     const float* w_scale = w.scale.as<float>();
-    float* out = static_cast<float*>(y);
     // The scales' product first, as the GEMMs take it (per-row weight
     // scales: column c's own).
     for (int64_t r = 0; r < rows; ++r) {

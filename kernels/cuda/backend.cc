@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_fallback.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/cuda/sampling.h"
@@ -176,8 +177,12 @@ class CudaBackend : public Backend {
                          const AttentionMetadata& meta, const void* k_cache,
                          const void* v_cache, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    const int64_t splits = cuda::AttentionSplits(meta.num_tokens, heads,
-                                                 kv_heads, multiprocessors_);
+    // Planned for the whole model's heads (TP = 1's), so that a head's
+    // keys are cut into the same parts at every TP degree.
+    const int64_t splits = cuda::AttentionSplits(
+        meta.num_tokens, meta.full_heads > 0 ? meta.full_heads : heads,
+        meta.full_kv_heads > 0 ? meta.full_kv_heads : kv_heads,
+        multiprocessors_);
     const int64_t floats =
         cuda::AttentionPartialFloats(meta.num_tokens, heads, head_dim, splits);
     if (floats > attention_partials_floats_) {
@@ -200,7 +205,7 @@ class CudaBackend : public Backend {
       return absl::InvalidArgumentError("CUDA Gemm: weights must be bf16");
     }
     return gemm_->Bf16(static_cast<const Bf16*>(x), w.data.as<Bf16>(), rows,
-                       w.out, w.in, y, y_dtype, stream_);
+                       w.out, w.in, y, y_dtype, stream_, w.full_out);
   }
   // One group takes the single-tensor kernels; several take the per-row
   // ones (quantize.h) and the GEMM's row-group epilogue (gemm.h).
@@ -257,15 +262,43 @@ class CudaBackend : public Backend {
       return gemm_->E4m3ColumnScales(
           q, q_scale, groups.count == 1 ? nullptr : groups.row_group,
           w.data.as<uint8_t>(), w.scale.as<float>(), rows, w.out, w.in, y,
-          DType::kBf16, stream_);
+          DType::kBf16, stream_, w.full_out);
     }
     if (groups.count == 1) {
       return gemm_->E4m3(q, q_scale, w.data.as<uint8_t>(), w.scale.as<float>(),
-                         rows, w.out, w.in, y, DType::kBf16, stream_);
+                         rows, w.out, w.in, y, DType::kBf16, stream_,
+                         w.full_out);
     }
-    return gemm_->E4m3RowGroups(q, q_scale, groups.row_group,
-                                w.data.as<uint8_t>(), w.scale.as<float>(), rows,
-                                w.out, w.in, y, DType::kBf16, stream_);
+    return gemm_->E4m3RowGroups(
+        q, q_scale, groups.row_group, w.data.as<uint8_t>(), w.scale.as<float>(),
+        rows, w.out, w.in, y, DType::kBf16, stream_, w.full_out);
+  }
+  // Block sums as one batched cuBLASLt GEMM planned for the whole layer's
+  // K (gemm.h: BlockSums), so that TP = 1 and every TP degree that divides
+  // the blocks compute each block's sums alike.
+  bool has_block_sums() const override { return true; }
+  absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
+                             int64_t k_blocks, float* sums) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    if (w.dtype != DType::kE4m3 && w.dtype != DType::kBf16) {
+      return absl::InvalidArgumentError(
+          "CUDA GemmBlockSums: weights must be e4m3 or bf16");
+    }
+    return gemm_->BlockSums(x, w.data.data(), w.dtype, rows, w.out, w.in,
+                            k_blocks, w.full_in, sums, stream_);
+  }
+  absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
+                         const RowGroups& groups, const LinearWeight& w,
+                         void* y, DType y_dtype) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    if (q_scale != nullptr && w.dtype != DType::kE4m3) {
+      return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
+    }
+    return CudaScaleRowGroups(
+        sums, rows, w.out, q_scale,
+        groups.count == 1 ? nullptr : groups.row_group,
+        q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
+        y_dtype, stream_);
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
                       int32_t* out) override {

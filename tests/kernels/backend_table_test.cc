@@ -921,8 +921,9 @@ absl::StatusOr<Output> NoBlockSums(Backend& b) {
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, ActOut(b, 2 * 16));
   const absl::Status sums_status =
       b.GemmBlockSums(x.data(), 2, w, 2, sums.as<float>());
-  const absl::Status scale_status = b.ScaleRows(
-      sums.as<float>(), 2, scale.as<float>(), RowGroups{}, w, y.data());
+  const absl::Status scale_status =
+      b.ScaleRows(sums.as<float>(), 2, scale.as<float>(), RowGroups{}, w,
+                  y.data(), b.activation_dtype());
   for (const absl::Status& s : {sums_status, scale_status}) {
     if (s.code() != absl::StatusCode::kUnimplemented) {
       return absl::InternalError(
@@ -997,9 +998,38 @@ absl::StatusOr<Output> RunScaleRows(Backend& b, const Env&) {
   OCTET_RETURN_IF_ERROR(b.ScaleRows(
       sums.as<float>(), rows, scale.as<float>(),
       RowGroups{static_cast<int64_t>(sizes.size()), dmap.as<int32_t>()}, w,
-      y.data()));
+      y.data(), b.activation_dtype()));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> got,
                          ReadAct(b, y.data(), rows * out));
+  Output o;
+  o.fields = {Near("y", std::move(got), true)};
+  return o;
+}
+
+// ScaleRows without scales (q_scale null): y = sums rounded once to the
+// activation dtype, for unquantized row-parallel sums, and in place in
+// binary32 (y = sums itself): exact.
+absl::StatusOr<Output> RunScaleRowsUnscaled(Backend& b, const Env&) {
+  if (!b.has_block_sums()) return NoBlockSums(b);
+  const int64_t rows = 5, out = 40;
+  const LinearWeight w = WeightShape(out, 16, DType::kBf16);
+  const std::vector<float> values = F32Values(rows * out, 93, 100.0f);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums, Upload(b, values));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, ActOut(b, rows * out));
+  OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, nullptr,
+                                    RowGroups{}, w, y.data(),
+                                    b.activation_dtype()));
+  OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, nullptr,
+                                    RowGroups{}, w, sums.data(), DType::kF32));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> got,
+                         ReadAct(b, y.data(), rows * out));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> same,
+                         Read<float>(b, sums.data(), rows * out));
+  if (same != values) {
+    return absl::InternalError(
+        "ScaleRows in place without scales changed "
+        "the sums");
+  }
   Output o;
   o.fields = {Near("y", std::move(got), true)};
   return o;
@@ -1304,6 +1334,10 @@ const std::vector<Case>& Cases() {
          return RunGemmBlockSums(b, false, 2, 153);
        }},
       {"ScaleRows", {"has_block_sums", "ScaleRows"}, kExact, RunScaleRows},
+      {"ScaleRowsUnscaled",
+       {"has_block_sums", "ScaleRows"},
+       kExact,
+       RunScaleRowsUnscaled},
       {"ArgmaxSpecialRows",
        {"Argmax"},
        kExact,

@@ -215,10 +215,10 @@ class CapturingBackend : public Backend {
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y) override {
+                         void* y, DType y_dtype) override {
     const LinearWeight* pw = &w;
     return Do([=, this] {
-      return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y);
+      return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y, y_dtype);
     });
   }
   absl::Status Argmax(const float* x, int64_t rows, int64_t cols,

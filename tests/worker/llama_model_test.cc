@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
 #include "model/synthetic.h"
+#include "tests/status_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/reference_llama.h"
 
@@ -283,6 +284,46 @@ TEST(LlamaModel, Fp8LmHeadNeedsTheFp8Method) {
   auto model = LlamaModel::Load(**ckpt, *backend, o);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument)
       << model.status();
+}
+
+// A tensor-parallel slice of a weight remembers the whole layer's shape
+// (LinearWeight::full_out / full_in), which the CUDA backend plans its GEMMs
+// for so that every TP degree computes TP = 1's bits: a column slice (a
+// fused q/k/v, rows of each part) and a row-parallel slice (input columns);
+// a whole weight's full shape is its own.
+TEST(LlamaModel, SlicedWeightsKnowTheWholeLayersShape) {
+  const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 7);
+  auto ckpt = Checkpoint::Open(dir);
+  OCTET_ASSERT_OK(ckpt);
+  auto backend = NewCpuBackend();
+  const ModelConfig& c = (*ckpt)->config();
+  const std::string p = "model.layers.0.";
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  for (LinearMethod method : {LinearMethod::kNone, LinearMethod::kFp8}) {
+    WeightPolicy policy;
+    policy.method = method;
+    auto qkv = LoadLinear(
+        **ckpt,
+        {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+         p + "self_attn.v_proj.weight"},
+        policy, *backend, WeightSlice{{{0, q / 2}, {0, kv / 2}, {0, kv / 2}}});
+    OCTET_ASSERT_OK(qkv);
+    EXPECT_EQ(qkv->out, q / 2 + kv);
+    EXPECT_EQ(qkv->full_out, q + 2 * kv);
+    EXPECT_EQ(qkv->full_in, c.hidden_size);
+    auto down = LoadLinear(
+        **ckpt, {p + "mlp.down_proj.weight"}, policy, *backend,
+        WeightSlice{{}, c.intermediate_size / 4, c.intermediate_size / 2});
+    OCTET_ASSERT_OK(down);
+    EXPECT_EQ(down->in, c.intermediate_size / 4);
+    EXPECT_EQ(down->full_in, c.intermediate_size);
+    EXPECT_EQ(down->full_out, c.hidden_size);
+    auto whole =
+        LoadLinear(**ckpt, {p + "mlp.down_proj.weight"}, policy, *backend);
+    OCTET_ASSERT_OK(whole);
+    EXPECT_EQ(whole->full_out, whole->out);
+    EXPECT_EQ(whole->full_in, whole->in);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest,
