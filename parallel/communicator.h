@@ -40,7 +40,8 @@ class Communicator {
   // (a NaN loses to any number, as in absmax). The sum adds the ranks'
   // values in TreeSum order over ranks 0 .. size() - 1 (kernels/tree_sum.h),
   // the same bits on every rank, so that row-parallel sums do not change
-  // with the TP degree (NCCL: NCCL's order, not TreeSum's).
+  // with the TP degree (every implementation, NCCL's included: it gathers
+  // and adds on the device, since NCCL's own sum has its own order).
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
   virtual absl::Status AllReduceMax(float* data, int64_t count) = 0;
   // In place over `count` bfloat16 values (row-parallel outputs of GPU

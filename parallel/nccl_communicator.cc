@@ -4,9 +4,11 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/cuda/gemm_fallback.h"
 #include "kernels/status_macros.h"
 
 namespace octet {
@@ -33,6 +35,8 @@ class NcclCommunicator : public Communicator {
     if (comm_ != nullptr) Await().IgnoreError();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     cudaFree(scratch_);
+    cudaFree(gather_);
+    for (float* p : retired_) cudaFree(p);
   }
 
   int rank() const override { return rank_; }
@@ -42,11 +46,19 @@ class NcclCommunicator : public Communicator {
                         " on cuda:", options_.device);
   }
 
+  // NCCL's own sum adds in its order (ring, tree or in-switch), which the
+  // rule of communicator.h does not allow: every rank's values are
+  // gathered, then added on every rank in TreeSum order (CudaTreeSum), as
+  // the CPU communicators add them.
   absl::Status AllReduceSum(float* data, int64_t count) override {
-    return Collective("AllReduceSum", count, [&] {
-      return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_,
+    OCTET_RETURN_IF_ERROR(Usable("AllReduceSum", count));
+    if (size_ == 1 || count == 0) return absl::OkStatus();  // the identity
+    OCTET_ASSIGN_OR_RETURN(float* parts, GatherScratch(size_ * count));
+    OCTET_RETURN_IF_ERROR(Collective("AllReduceSum", count, [&] {
+      return ncclAllGather(data, parts, count, ncclFloat, comm_,
                            options_.stream);
-    });
+    }));
+    return CudaTreeSum(parts, size_, count, count, data, options_.stream);
   }
   absl::Status AllReduceSumBf16(void* data, int64_t count) override {
     return Collective("AllReduceSumBf16", count, [&] {
@@ -116,13 +128,7 @@ class NcclCommunicator : public Communicator {
   // ncclInProgress), without waiting for it to run: Await does that.
   template <typename Op>
   absl::Status Collective(const char* what, int64_t count, Op op) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
-    }
-    if (broken_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(what, ": the communicator failed earlier"));
-    }
+    OCTET_RETURN_IF_ERROR(Usable(what, count));
     if (count == 0) return absl::OkStatus();
     const ncclResult_t r = op();
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -143,6 +149,49 @@ class NcclCommunicator : public Communicator {
       }
       std::this_thread::yield();
     }
+  }
+
+  // Whether a collective of `count` values may be issued now.
+  absl::Status Usable(const char* what, int64_t count) const {
+    if (count < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": count < 0"));
+    }
+    if (broken_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the communicator failed earlier"));
+    }
+    return absl::OkStatus();
+  }
+
+  // AllReduceSum's gathered values: `floats` of device memory, grown on
+  // demand (never while the stream is being captured: a capture names the
+  // buffer it saw, so outgrown ones are kept until the communicator ends).
+  absl::StatusOr<float*> GatherScratch(int64_t floats) {
+    if (size_ > kMaxTreeSumParts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AllReduceSum: TreeSum adds at most ", kMaxTreeSumParts,
+                       " ranks, not ", size_));
+    }
+    if (floats <= gather_floats_) return gather_;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(options_.stream, &capturing) != cudaSuccess ||
+        capturing != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "AllReduceSum of ", floats / size_,
+          " values while capturing: its scratch must grow first (run the "
+          "same shapes once without capture)"));
+    }
+    float* grown = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&grown),
+                   static_cast<size_t>(floats) * sizeof(float)) !=
+        cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "AllReduceSum: no device memory for ", floats, " gathered values"));
+    }
+    if (gather_ != nullptr) retired_.push_back(gather_);
+    gather_ = grown;
+    gather_floats_ = floats;
+    return gather_;
   }
 
   // The group's asynchronous error (a peer's failure NCCL noticed), if any.
@@ -170,7 +219,10 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_;
   const int rank_, size_;
   const NcclOptions options_;
-  float* scratch_;  // one device float for Barrier
+  float* scratch_;           // one device float for Barrier
+  float* gather_ = nullptr;  // AllReduceSum's (GatherScratch)
+  int64_t gather_floats_ = 0;
+  std::vector<float*> retired_;
   bool broken_ = false;
 };
 

@@ -11,7 +11,10 @@
 // work has not completed within the timeout, so a dead peer fails the step
 // in bounded time rather than hanging it. Initialization is polled against
 // the same timeout. Max follows NCCL's float max; the FP8 absmax it serves
-// is never NaN.
+// is never NaN. AllReduceSum is an all-gather and a TreeSum on the device
+// (kernels/cuda/gemm_fallback.h), not NCCL's sum, so that its bits are the
+// CPU communicators' (Communicator's rule); its gathered values live in a
+// scratch that grows to size() times the largest sum.
 #pragma once
 
 #include <cuda_runtime_api.h>
