@@ -1,7 +1,8 @@
 // The model on the CUDA backend (bfloat16 activations) against the fp64
 // reference (unquantized, FP8 per tensor, and compressed-tensors' per-channel
-// and per-token scheme), and batched vs one-at-a-time decoding there. Skips
-// without a supported CUDA device.
+// and per-token scheme), within bounds derived from the FP8 contract (see
+// Fp8Bound), and batched vs one-at-a-time decoding there. Skips without a
+// supported CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,26 +51,104 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
 using testing::LastLogits;
 using testing::MaxRelError;
 
-TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinBf16Tolerance) {
+// The unquantized GPU run's error: bfloat16 activations round every op's
+// output to 8 significant bits (2^-9 relative), a few hundred roundings
+// deep; measured 0.0045-0.009 on the tiny presets (H200, 2026-12-04).
+constexpr double kBf16Bound = 0.03;
+
+// The FP8 bound, derived from the contract rather than measured. The GPU
+// quantizes bfloat16 activations where the reference quantizes binary32
+// ones. At the first projection the e4m3 rounding boundaries (4
+// significant bits) are bfloat16 numbers, so bfloat16 rounding moves a code
+// only for values within half a bfloat16 ulp of a boundary (with the
+// scale's own rounding, about 3% of them: kFirstInputCodesEqual). Each
+// layer then feeds the next slightly different activations, and the codes
+// drift apart (22-36% equal by the last layers of llama-1b on the H200):
+// in the limit the GPU and the reference are two independent roundings of
+// the same values under the same contract. Independent rounding errors add
+// in quadrature, so their logits differ by about sqrt(2) times one
+// rounding's error, which the reference measures exactly (its FP8 forward
+// against its float one: fp8_error), plus bfloat16's own error (bf16_error:
+// the unquantized GPU run against the float reference).
+double Fp8Bound(double bf16_error, double fp8_error) {
+  return bf16_error + std::sqrt(2.0) * fp8_error;
+}
+// Codes of the first quantized input equal to the reference's, at least:
+// bfloat16 rounding can land a value on a boundary (half an e4m3 cell is
+// 2^-4 of a binade's values within reach, ties flip half of them) and the
+// scale moves by at most 2^-9; 3% expected, 5% allowed.
+constexpr double kFirstInputCodesEqual = 0.95;
+
+// The GPU model with `method` on `ckpt`: the last prompt token's logits,
+// and with FP8 its activation codes (trace).
+std::vector<float> GpuLogits(Backend& backend, const Checkpoint& ckpt,
+                             LinearMethod method,
+                             const std::vector<int32_t>& prompt,
+                             ForwardTrace* trace = nullptr) {
+  ModelOptions o;
+  o.method = method;
+  auto model = LlamaModel::Load(ckpt, backend, o);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  return LastLogits(**model, prompt, trace);
+}
+
+// Equal codes of the first quantized input, GPU against the reference.
+double FirstInputAgreement(const ForwardTrace& trace,
+                           const testing::ReferenceResult& ref) {
+  if (trace.codes.empty() || ref.codes.empty() ||
+      trace.codes[0].size() != ref.codes[0].size()) {
+    ADD_FAILURE() << "no first input codes to compare (" << trace.codes.size()
+                  << " recorded, " << ref.codes.size() << " in the reference)";
+    return 0;
+  }
+  int64_t equal = 0;
+  for (size_t i = 0; i < ref.codes[0].size(); ++i) {
+    equal += trace.codes[0][i] == ref.codes[0][i];
+  }
+  return double(equal) / ref.codes[0].size();
+}
+
+// The GPU against the fp64 reference with `options` (FP8 schemes) on
+// `ckpt` (their checkpoint), the float reference on the float checkpoint
+// ckpt_float: the bounds above, and what was measured printed.
+void ExpectWithinTheContract(Backend& backend, const Checkpoint& ckpt,
+                             const Checkpoint& ckpt_float,
+                             const std::vector<int32_t>& prompt,
+                             const testing::ReferenceOptions& options,
+                             const std::string& what) {
+  const auto ref_float = testing::ReferenceForward(ckpt_float, prompt, {});
+  const auto ref_fp8 = testing::ReferenceForward(ckpt_float, prompt, options);
+  const double bf16_error =
+      MaxRelError(GpuLogits(backend, ckpt_float, LinearMethod::kNone, prompt),
+                  ref_float.logits.back());
+  std::vector<float> reference_fp8(ref_fp8.logits.back().begin(),
+                                   ref_fp8.logits.back().end());
+  const double fp8_error = MaxRelError(reference_fp8, ref_float.logits.back());
+  ForwardTrace trace;
+  trace.record_codes = true;
+  const double err =
+      MaxRelError(GpuLogits(backend, ckpt, LinearMethod::kFp8, prompt, &trace),
+                  ref_fp8.logits.back());
+  const double agree = FirstInputAgreement(trace, ref_fp8);
+  EXPECT_LT(bf16_error, kBf16Bound) << what;
+  EXPECT_LT(err, Fp8Bound(bf16_error, fp8_error)) << what;
+  EXPECT_GE(agree, kFirstInputCodesEqual) << what;
+  std::printf(
+      "[ measured ] cuda %s: max relative logit error vs fp64: none %.3e; "
+      "fp8 %.3e vs its fake-quantized reference (bound %.3e = none + "
+      "sqrt(2) x the reference's own FP8 error %.3e); first input codes "
+      "equal %.4f\n",
+      what.c_str(), bf16_error, err, Fp8Bound(bf16_error, fp8_error), fp8_error,
+      agree);
+}
+
+TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinTheContract) {
   std::mt19937 rng(3);
   std::vector<int32_t> prompt(60);
   for (auto& t : prompt) t = rng() % ckpt_->config().vocab_size;
-  for (bool fp8 : {false, true}) {
-    ModelOptions o;
-    o.method = fp8 ? LinearMethod::kFp8 : LinearMethod::kNone;
-    auto model = LlamaModel::Load(*ckpt_, *backend_, o);
-    ASSERT_TRUE(model.ok()) << model.status();
-    const auto ref = testing::ReferenceForward(*ckpt_, prompt, {.fp8 = fp8});
-    const double err =
-        MaxRelError(LastLogits(**model, prompt), ref.logits.back());
-    // bfloat16 activations round every op's output to 8 bits (2^-9), and
-    // with FP8 they also move the activation codes; these bounds are
-    // provisional until a device run measures them (printed below).
-    EXPECT_LT(err, fp8 ? 0.1 : 0.03);
-    std::printf(
-        "[ measured ] cuda %s %s: max relative logit error vs fp64 %.3e\n",
-        GetParam().c_str(), fp8 ? "fp8 (vs fake quantization)" : "none", err);
-  }
+  ExpectWithinTheContract(*backend_, *ckpt_, *ckpt_, prompt, {.fp8 = true},
+                          GetParam() + " fp8-tensor");
 }
 
 // compressed-tensors' FP8_DYNAMIC (`octet quantize --scheme
@@ -85,23 +164,13 @@ TEST_P(CudaModelTest, ChannelTokenSchemeMatchesItsReference) {
   OCTET_ASSERT_OK(
       ExportFp8Checkpoint(ckpt_->dir(), dir.string(), channel_token));
   auto ct = Checkpoint::Open(dir.string());
-  ASSERT_TRUE(ct.ok()) << ct.status();
+  OCTET_ASSERT_OK(ct);
   std::mt19937 rng(4);
   std::vector<int32_t> prompt(40);
   for (auto& t : prompt) t = rng() % ckpt_->config().vocab_size;
-  ModelOptions o;
-  o.method = LinearMethod::kFp8;
-  auto model = LlamaModel::Load(**ct, *backend_, o);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const auto ref = testing::ReferenceForward(
-      *ckpt_, prompt, {.fp8 = true, .per_channel = true, .per_token = true});
-  const double err =
-      MaxRelError(LastLogits(**model, prompt), ref.logits.back());
-  EXPECT_LT(err, 0.1);  // as the per-tensor FP8 bound above: provisional
-  std::printf(
-      "[ measured ] cuda %s fp8-channel-token: max relative logit error vs "
-      "its fp64 reference %.3e\n",
-      GetParam().c_str(), err);
+  ExpectWithinTheContract(*backend_, **ct, *ckpt_, prompt,
+                          {.fp8 = true, .per_channel = true, .per_token = true},
+                          GetParam() + " fp8-channel-token");
   fs::remove_all(dir);
 }
 
