@@ -33,7 +33,8 @@ constexpr char kGpt2Pattern[] =
 
 // ---------------------------------------------------------------- UTF-8
 
-// At text[i]: the length of the UTF-8 sequence there when it is valid
+// At text[i] (i < text.size()): the length of the UTF-8 sequence there when
+// it is valid
 // (`*valid`), else of its maximal invalid prefix, at least 1 byte: what one
 // U+FFFD replaces (Unicode's "maximal subpart" practice, as Rust's
 // String::from_utf8_lossy).
@@ -149,6 +150,7 @@ class Regex {
       if (rc < 0) break;  // no more matches, or past the limit
       const PCRE2_SIZE* v = pcre2_get_ovector_pointer(data);
       if (v[1] == v[0]) {  // an empty match: step one character on
+        if (v[0] >= text.size()) break;  // at the end: nothing follows
         at = v[0] + std::max<size_t>(1, ValidSequenceAt(text, v[0]));
         continue;
       }

@@ -102,6 +102,27 @@ TEST(BpeTokenizer, InvalidUtf8IsReplacedAsRustDoes) {
   EXPECT_FALSE(t->Encode("the\xFF", false).empty());
 }
 
+// A split pattern that matches the empty string at the end of the text
+// (here `x*$`; Llama 3's `\s*(?!\S)` alternative can too) splits nothing
+// off there. Found by the fuzzer: the step past such a match read one byte
+// beyond the text.
+TEST(BpeTokenizer, AnEmptyMatchAtTheEndSplitsNothing) {
+  Json j = SmallTokenizer();
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern", {{"Regex", "x*$"}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"use_regex", false}}}}};
+  const std::unique_ptr<Tokenizer> t = Load(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->Encode("the", false), (std::vector<int64_t>{11}));
+  EXPECT_EQ(t->Encode("", false), (std::vector<int64_t>{}));
+}
+
 TEST(BpeTokenizer, WhatOctetDoesNotImplementIsAnErrorNamingIt) {
   struct Case {
     std::string pointer;  // JSON pointer to replace
