@@ -150,6 +150,18 @@ std::string Fp8Refusal(const PlanKey& key) {
   return "";
 }
 
+// Puts the FP8 scales of our activations and weights on `desc`: cuBLAS's
+// B and A (its A is our weights, its B our activations).
+absl::Status SetScalePointers(cublasLtMatmulDesc_t desc,
+                              const float* activations, const float* weights) {
+  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weights, sizeof(weights)));
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                     &activations, sizeof(activations)));
+  return absl::OkStatus();
+}
+
 std::string ProblemText(const Shape& s) {
   return absl::StrCat(
       "M=", s.m, " N=", s.n, " K=", s.k,
@@ -317,16 +329,8 @@ absl::Status CublasLtGemm::State::MakeDesc(const PlanKey& key, Plan& plan) {
       }
     }
   }
-  // cuBLAS's A is our weights, its B our activations.
-  const float* a_scale = key.row_scaled ? ones : one;
-  const float* b_scale = key.row_scaled ? row_scales : one;
-  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-      sizeof(a_scale)));
-  OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
-      sizeof(b_scale)));
-  return absl::OkStatus();
+  return SetScalePointers(plan.desc, key.row_scaled ? row_scales : one,
+                          key.row_scaled ? ones : one);
 }
 
 absl::StatusOr<cublasLtMatmulAlgo_t> CublasLtGemm::State::Heuristic(
@@ -532,13 +536,7 @@ absl::Status CublasLtGemm::State::Matmul(Plan& plan, const void* a,
                                          cudaStream_t stream) {
   last_path = Path::kCublasLt;
   if (scale_a != nullptr) {
-    // cuBLAS's A is our weights (b), its B our activations (a).
-    OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b,
-        sizeof(scale_b)));
-    OCTET_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_a,
-        sizeof(scale_a)));
+    OCTET_RETURN_IF_ERROR(SetScalePointers(plan.desc, scale_a, scale_b));
   }
   const float alpha = 1.0f, beta = 0.0f;
   const Layouts& l = plan.layouts;
