@@ -62,9 +62,9 @@ ABSL_FLAG(int32_t, tp, 1, "tensor-parallel degree: worker processes to start");
 ABSL_FLAG(std::string, quantization, "auto",
           "auto (what the checkpoint's config.json says, else none), fp8 "
           "(an unquantized checkpoint is quantized at load) or none");
-ABSL_FLAG(std::string, weight_scale, "local",
-          "FP8 weight scales per shard (local) or of the whole weight "
-          "(global: results equal TP=1's)");
+ABSL_FLAG(std::string, weight_scale, "global",
+          "FP8 weight scales of the whole weight (global: results equal "
+          "TP=1's) or per shard (local)");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "when serving FP8: the lm_head in FP8 too, one scale per "
           "vocabulary row (CPU workers only)");

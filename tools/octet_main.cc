@@ -11,8 +11,9 @@
 //                  (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N]
 //                  [--temperature T] [--top_k K] [--top_p P] [--seed N]
 //                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
+//                  [--print_ids]
 //   octet generate --server HOST:PORT (--prompt TEXT | --prompt_ids ...)
-//                  [--stream] [the sampling flags above]
+//                  [--stream] [--print_ids] [the sampling flags above]
 //                  [--tls_ca PEM [--tls_cert PEM --tls_key PEM]
 //                   [--tls_server_name NAME]]
 //   octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]'
@@ -109,6 +110,9 @@ ABSL_FLAG(int32_t, threads, 0,
 ABSL_FLAG(std::string, server, "",
           "generate: HOST:PORT of a coordinator to ask instead of loading "
           "the model here");
+ABSL_FLAG(bool, print_ids, false,
+          "generate: after the text, print the generated token ids on a line "
+          "of their own: 'ids: 1,2,3'");
 ABSL_FLAG(bool, stream, false,
           "generate --server: print the text as the tokens arrive");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -300,7 +304,14 @@ struct RemoteOutcome {
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage;
   v1::Timings timings;
+  std::vector<int32_t> ids;  // the generated tokens
 };
+
+// --print_ids: the generated ids on their own line (after the text's).
+void PrintIds(const std::vector<int32_t>& ids) {
+  if (!absl::GetFlag(FLAGS_print_ids)) return;
+  std::printf("ids: %s\n", absl::StrJoin(ids, ",").c_str());
+}
 
 // Sends the request as a stream, printing the text as the tokens arrive.
 RemoteOutcome GenerateStreaming(v1::Generation::Stub& stub,
@@ -312,6 +323,7 @@ RemoteOutcome GenerateStreaming(v1::Generation::Stub& stub,
   while (reader->Read(&m)) {
     std::fwrite(m.text().data(), 1, m.text().size(), stdout);
     std::fflush(stdout);
+    out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
     if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       out.finish = m.finish_reason();
       out.usage = m.usage();
@@ -330,6 +342,7 @@ RemoteOutcome GenerateUnary(v1::Generation::Stub& stub,
   v1::GenerateResponse r;
   out.status = stub.Generate(&context, request, &r);
   std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+  out.ids.assign(r.token_ids().begin(), r.token_ids().end());
   out.finish = r.finish_reason();
   out.usage = r.usage();
   out.timings = r.timings();
@@ -385,6 +398,7 @@ int GenerateRemote(const std::string& server) {
                  out.status.error_message().c_str());
     return 1;
   }
+  PrintIds(out.ids);
   std::fprintf(stderr,
                "octet: %u prompt + %u generated tokens, first token after "
                "%.1f ms, %.1f ms in all, finish: %s\n",
@@ -595,6 +609,7 @@ int RunAndPrint(const GenerationRequest& request, LoadedModel& m) {
   if (text) std::fputs(text->Finish().c_str(), stdout);
   std::printf("\n");
   if (!result.ok()) return Failed(result.status());
+  PrintIds((*result)[0].tokens);
   PrintGenerationStats(stats, (*result)[0]);
   return 0;
 }
