@@ -55,7 +55,7 @@ for p in "${programs[@]}"; do cp "build/bin/$p" "$stage/bin/"; done
 # (model/sentencepiece_bridge.h).
 cp build/bin/liboctet_sentencepiece.so "$stage/bin/"
 programs+=(liboctet_sentencepiece.so)
-cp scripts/gpu-check.sh "$out/"
+cp scripts/gpu-check.sh scripts/gpu-mission.sh scripts/compare_codes.py "$out/"
 printf '%s\n' "${gpu_tests[@]}" > "$out/gpu-tests.txt"
 
 # Shared libraries to carry: everything ldd resolves but the C library

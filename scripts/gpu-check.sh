@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one command, run on a machine with an NVIDIA GPU (sm_89 or
 # sm_90) from the bundle scripts/gpu-bundle.sh made, that fits a short first
-# lease of the machine (under 8 minutes on an H200). In order:
+# lease of the machine (under 5 minutes on an H200). In order:
 #
 #   step        what                                            budget (s)
 #   (unpack)    payload.tar.gz into a temporary folder              ~2
@@ -11,11 +11,20 @@
 #   system      nvidia-smi -q, the driver, the resolved CUDA       15
 #               libraries and their versions, nvcc, the OS
 #   (background) octet make-model: the mistral-7b preset       210, 90
-#               (14.5 GB of random bf16 weights) and llama-1b,
-#               written while the next two steps run
+#               (14.5 GB of random bf16 weights), llama-1b and
+#               tiny, written while the next steps run
 #   tests       every `gpu` test program (each at most 90 s);     130
 #               a skipped test fails the check, except one that
 #               needs more GPUs than the machine has (said so)
+#   mission     the README's command, `coordinator --tp 2          90
+#               --gpus 0,0 --quantization fp8`, on tiny and
+#               llama-1b, asked through `octet generate
+#               --server`: its greedy tokens against TP = 1 on
+#               the GPU, FP8 and none (gpu-mission.sh)
+#   codes       `octet logits --activation_codes` on the GPU       45
+#               against the CPU, tiny and llama-1b: each FP8
+#               input's equal codes; the first input at least
+#               95% equal (compare_codes.py, python3)
 #   gemm        bench_gemm --backend=cuda on Mistral-7B's four     90
 #               shapes, M = 1..2048: BF16, FP8, FP8 with
 #               quantization, quantization alone, which GEMM
@@ -29,7 +38,7 @@
 #   pack        gpu-check.tar.gz of the results                    10
 #
 # The budgets are what each step is sure to get; the whole run ends by
-# 470 s however the steps go. A step's time limit is what is left before
+# 600 s however the steps go. A step's time limit is what is left before
 # then less the budgets of the steps after it (and 10 s for packing), so
 # time an early step leaves unused goes to the later ones, and a step that
 # hangs takes no later step's time. A step with no time left fails. (Each
@@ -39,10 +48,11 @@
 #
 #   .gpu-bundle/gpu-check.sh [OUTPUT_DIR]
 #
-# OUTPUT_DIR (default: $OUT, else ./gpu-check-out) receives at most 8 files,
-# all of them also in gpu-check.tar.gz: summary.txt (each step, its time and
-# result, the key tables), system.txt, tests.log, bench_gemm.txt (the table),
-# bench_gemm.csv, decode.txt, serving.txt. Models are made in a temporary
+# OUTPUT_DIR (default: $OUT, else ./gpu-check-out) receives at most 10
+# files, all of them also in gpu-check.tar.gz: summary.txt (each step, its
+# time and result, the key tables), system.txt, tests.log, mission.txt,
+# codes.txt, bench_gemm.txt (the table), bench_gemm.csv, decode.txt,
+# serving.txt. Models are made in a temporary
 # folder under $TMPDIR (default /tmp; ~17 GB free needed), removed at the
 # end. Prints a final PASSED or FAILED line; exits 0 when every step
 # passed, 2 when a library is missing, 1 otherwise.
@@ -61,14 +71,15 @@ device="${GPU_CHECK_DEVICE:-cuda}"
 decode_preset="${GPU_CHECK_DECODE_PRESET:-mistral-7b}"
 serving_preset="${GPU_CHECK_SERVING_PRESET:-llama-1b}"
 
-total_budget=470  # seconds for everything, packing included
+total_budget=600  # seconds for everything, packing included
 pack_reserve=10   # kept back from every step for the packing
+budget_mission=90 budget_codes=45
 budget_gemm=90 budget_decode=110 budget_serving=90
 budget_mistral=210 budget_small_model=90  # background make-model
 deadline=$((SECONDS + total_budget))
 
-results=(summary.txt system.txt tests.log bench_gemm.txt bench_gemm.csv
-  decode.txt serving.txt)
+results=(summary.txt system.txt tests.log mission.txt codes.txt bench_gemm.txt
+  bench_gemm.csv decode.txt serving.txt)
 for f in "${results[@]}" gpu-check.tar.gz; do rm -f "$out/$f"; done
 : > "$out/tests.log"
 
@@ -148,6 +159,14 @@ finish() {
       IFS='|' read -r name result secs detail <<< "$line"
       printf '%-10s %-7s %5s  %s\n' "$name" "$result" "$secs" "$detail"
     done
+    if [ -s "$out/mission.txt" ]; then
+      echo; echo "== mission (mission.txt)"
+      grep -E '^mission ' "$out/mission.txt"
+    fi
+    if [ -s "$out/codes.txt" ]; then
+      echo; echo "== codes (codes.txt)"
+      grep -E '^== |^codes:|^logits:' "$out/codes.txt"
+    fi
     if [ -s "$out/bench_gemm.txt" ]; then
       echo; echo "== bench_gemm (bench_gemm.txt, bench_gemm.csv)"
       grep -E '^ +[0-9]+ |^\*|^ +M ' "$out/bench_gemm.txt"
@@ -353,7 +372,7 @@ bench_device=$device
 [ "$device" = cuda ] && [ "$have_gpu" -eq 0 ] && bench_device=""  # nothing to run on
 start_model() {  # PRESET BUDGET
   local preset=$1 budget
-  budget=$(min "$2" "$(limit_before $((budget_decode + budget_serving)))")
+  budget=$(min "$2" "$(limit_before $((budget_mission + budget_codes + budget_decode + budget_serving)))")
   model_started[$preset]=$SECONDS
   model_budget[$preset]=$budget
   if [ "$budget" -lt 5 ]; then
@@ -388,12 +407,16 @@ wait_model() {
 if [ -n "$bench_device" ]; then
   start_model "$decode_preset" "$budget_mistral"
   [ "$serving_preset" != "$decode_preset" ] && start_model "$serving_preset" "$budget_small_model"
+  for preset in tiny; do
+    [ "$preset" != "$serving_preset" ] && [ "$preset" != "$decode_preset" ] &&
+      start_model "$preset" "$budget_small_model"
+  done
 fi
 
 # ---------------------------------------------------------------- tests
 started=$SECONDS
 echo "== tests"
-tests_end=$((SECONDS + $(limit_before $((budget_gemm + budget_decode + budget_serving)))))
+tests_end=$((SECONDS + $(limit_before $((budget_mission + budget_codes + budget_gemm + budget_decode + budget_serving)))))
 tests_failed=()
 tests_not_here=()  # programs with tests that need more GPUs than this machine has
 tests_run=0
@@ -449,6 +472,76 @@ elif [ "${#tests_failed[@]}" -eq 0 ]; then
   record tests PASSED "$started" "${#gpu_tests[@]} programs: ${gpu_tests[*]}${tests_not_here[*]:+; tests needing more GPUs, not run: ${tests_not_here[*]}}"
 else
   record tests FAILED "$started" "${#tests_failed[@]} of ${#gpu_tests[@]} programs failed: ${tests_failed[*]}"
+fi
+
+# The presets the mission and codes steps run: tiny and the serving one.
+mission_presets=(tiny)
+[ "$serving_preset" != tiny ] && mission_presets+=("$serving_preset")
+
+# ---------------------------------------------------------------- mission
+started=$SECONDS
+echo "== mission: coordinator --tp 2 against --tp 1 on $bench_device (${mission_presets[*]})"
+if [ -z "$bench_device" ]; then
+  record mission FAILED "$started" "not run: no usable GPU"
+else
+  mission_failed=()
+  for preset in "${mission_presets[@]}"; do
+    if ! wait_model "$preset" >> "$out/mission.txt" 2>&1; then
+      mission_failed+=("$preset(make-model)")
+      continue
+    fi
+    budget=$(limit_before $((budget_codes + budget_gemm + budget_decode + budget_serving)))
+    limited "$budget" "$out/mission.txt" "$here/gpu-mission.sh" "$bin" "$work/$preset" "$bench_device"
+    rc=$?
+    [ "$rc" -eq 0 ] || mission_failed+=("$preset$([ "$rc" -eq 124 ] && echo '(timeout)')")
+  done
+  grep -E '^mission ' "$out/mission.txt"
+  if [ "${#mission_failed[@]}" -eq 0 ]; then
+    record mission PASSED "$started" "TP=2 gave TP=1's greedy tokens, fp8 and none: ${mission_presets[*]}"
+  else
+    record mission FAILED "$started" "TP=2 tokens differ from TP=1's or a server failed: ${mission_failed[*]} (mission.txt)"
+  fi
+fi
+
+# ---------------------------------------------------------------- codes
+started=$SECONDS
+echo "== codes: FP8 activation codes, $bench_device against cpu (${mission_presets[*]})"
+python=""
+for py in "$(command -v python3 || true)" /opt/torch/.venv/bin/python3; do
+  [ -n "$py" ] && [ -x "$py" ] && { python=$py; break; }
+done
+if [ -z "$bench_device" ]; then
+  record codes FAILED "$started" "not run: no usable GPU"
+elif [ -z "$python" ]; then
+  record codes FAILED "$started" "not run: no python3 for compare_codes.py"
+else
+  codes_failed=()
+  prompts='[[1,17,33,90,5,200,311,42,7,9,11,13,300,301,302,303],[2,3,4,5,6,7,8]]'
+  for preset in "${mission_presets[@]}"; do
+    echo "== $preset" >> "$out/codes.txt"
+    budget=$(limit_before $((budget_gemm + budget_decode + budget_serving)))
+    for dev in "$bench_device" cpu; do
+      limited "$budget" "$work/codes-$preset-$dev.log" "$bin/octet" logits \
+        --model "$work/$preset" --prompts_json "$prompts" --quantization fp8 \
+        --device "$dev" --activation_codes
+    done
+    # stdout and stderr share the log; the JSON, flushed at exit, comes
+    # after every line of stderr.
+    for dev in "$bench_device" cpu; do
+      sed -n '/^{"quantization_scheme"/,$p' "$work/codes-$preset-$dev.log" > "$work/codes-$preset-$dev.json"
+    done
+    if ! limited 60 "$out/codes.txt" "$python" "$here/compare_codes.py" \
+      "$work/codes-$preset-cpu.json" "$work/codes-$preset-$bench_device.json"; then
+      codes_failed+=("$preset")
+      tail -n 3 "$work/codes-$preset-$bench_device.log" >> "$out/codes.txt"
+    fi
+  done
+  grep -E '^== |^codes:|^logits:' "$out/codes.txt"
+  if [ "${#codes_failed[@]}" -eq 0 ]; then
+    record codes PASSED "$started" "first FP8 input at least 95% equal codes: ${mission_presets[*]}"
+  else
+    record codes FAILED "$started" "first input below 95% equal codes, or a run failed: ${codes_failed[*]} (codes.txt)"
+  fi
 fi
 
 # ---------------------------------------------------------------- gemm
