@@ -517,23 +517,25 @@ elif [ -z "$python" ]; then
 else
   codes_failed=()
   prompts='[[1,17,33,90,5,200,311,42,7,9,11,13,300,301,302,303],[2,3,4,5,6,7,8]]'
+  devices=(cpu)
+  [ "$bench_device" != cpu ] && devices+=("$bench_device")
   for preset in "${mission_presets[@]}"; do
     echo "== $preset" >> "$out/codes.txt"
     budget=$(limit_before $((budget_gemm + budget_decode + budget_serving)))
-    for dev in "$bench_device" cpu; do
-      limited "$budget" "$work/codes-$preset-$dev.log" "$bin/octet" logits \
+    for dev in "${devices[@]}"; do
+      log="$work/codes-$preset-$dev.log"
+      rm -f "$log"
+      limited "$budget" "$log" "$bin/octet" logits \
         --model "$work/$preset" --prompts_json "$prompts" --quantization fp8 \
         --device "$dev" --activation_codes
-    done
-    # stdout and stderr share the log; the JSON, flushed at exit, comes
-    # after every line of stderr.
-    for dev in "$bench_device" cpu; do
-      sed -n '/^{"quantization_scheme"/,$p' "$work/codes-$preset-$dev.log" > "$work/codes-$preset-$dev.json"
+      # stdout and stderr share the log; the JSON, flushed at exit, comes
+      # after every line of stderr (what was loaded, and any error).
+      sed -n '/^{"quantization_scheme"/,$p' "$log" > "$work/codes-$preset-$dev.json"
+      sed '/^{"quantization_scheme"/,$d' "$log" | tail -n 3 >> "$out/codes.txt"
     done
     if ! limited 60 "$out/codes.txt" "$python" "$here/compare_codes.py" \
       "$work/codes-$preset-cpu.json" "$work/codes-$preset-$bench_device.json"; then
       codes_failed+=("$preset")
-      tail -n 3 "$work/codes-$preset-$bench_device.log" >> "$out/codes.txt"
     fi
   done
   grep -E '^== |^codes:|^logits:' "$out/codes.txt"
