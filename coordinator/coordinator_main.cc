@@ -13,7 +13,7 @@
 // --tls_client_ca; --health_port serves health alone in plaintext for
 // probes that cannot do TLS), and Prometheus metrics on --metrics_port.
 // With --worker_tls_ca the link to remote workers is mutual TLS
-// (parallel/tls.h); a bad TLS file is a bad flag. A failed worker group
+// (rpc/tls.h); a bad TLS file is a bad flag. A failed worker group
 // is replaced by a new one. On SIGTERM or SIGINT it drains:
 // NOT_SERVING, new requests refused, running and queued ones finish (up to
 // --drain_timeout), then it exits 0. Workers that fail to start the same
@@ -50,11 +50,11 @@
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics.h"
-#include "kernels/status_macros.h"
-#include "model/file_util.h"
+#include "base/status_macros.h"
+#include "base/file_util.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
-#include "parallel/tls.h"
+#include "rpc/tls.h"
 
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, *.safetensors)");

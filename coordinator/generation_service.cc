@@ -7,7 +7,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/responses.h"
 #include "coordinator/stream_outbox.h"
-#include "parallel/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 namespace octet {
 namespace {

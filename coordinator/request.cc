@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "kernels/status_macros.h"
-#include "parallel/bearer_token.h"
-#include "parallel/grpc_status.h"
+#include "base/status_macros.h"
+#include "rpc/bearer_token.h"
+#include "rpc/grpc_status.h"
 
 extern char** environ;
 

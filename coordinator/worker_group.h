@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 namespace octet {
 
@@ -43,7 +43,7 @@ struct WorkerGroupOptions {
   // (remote workers: their GPU 0).
   std::vector<int> gpus;
   std::string token;
-  // The link to remote workers over TLS (parallel/tls.h), when `tls.ca` is
+  // The link to remote workers over TLS (rpc/tls.h), when `tls.ca` is
   // set: the workers' certificates must be signed by `tls.ca` and name the
   // host dialled; `cert_chain` identifies this coordinator to them and
   // serves the rendezvous store, which then takes only workers with a

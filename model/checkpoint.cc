@@ -11,8 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "kernels/status_macros.h"
-#include "model/file_util.h"
+#include "base/status_macros.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {

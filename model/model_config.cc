@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
-#include "model/file_util.h"
+#include "base/status_macros.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {

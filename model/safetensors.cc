@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
-#include "model/file_util.h"
+#include "base/status_macros.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {

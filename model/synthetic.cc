@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"

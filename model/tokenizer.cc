@@ -6,9 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
-#include "model/file_util.h"
+#include "base/file_util.h"
 #include "model/sentencepiece_bridge.h"
 
 namespace octet {

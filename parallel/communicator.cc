@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/tree_sum.h"
 #include "parallel/gather_reduce.h"
 #include "parallel/shm_communicator.h"

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 namespace octet {
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/cuda/gemm_fallback.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 namespace {

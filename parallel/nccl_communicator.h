@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "parallel/communicator.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 namespace octet {
 

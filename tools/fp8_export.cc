@@ -8,7 +8,7 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "worker/linear_loader.h"

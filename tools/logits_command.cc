@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "worker/backends.h"

@@ -3,7 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/backend.h"

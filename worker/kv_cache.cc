@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 

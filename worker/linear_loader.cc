@@ -16,7 +16,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/f16.h"
 #include "kernels/fp8.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 namespace {

@@ -1,7 +1,7 @@
 #include "worker/shard_plan.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 

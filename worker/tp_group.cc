@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "parallel/staged_communicator.h"
 #ifdef OCTET_HAVE_NCCL
 #include "parallel/nccl_communicator.h"

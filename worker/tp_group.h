@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "parallel/communicator.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 namespace octet {
 

@@ -41,8 +41,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/file_util.h"
-#include "parallel/tls.h"
+#include "base/file_util.h"
+#include "rpc/tls.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(

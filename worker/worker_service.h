@@ -23,7 +23,7 @@
 #include "model/checkpoint.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
 #include "parallel/communicator.h"
-#include "parallel/tls.h"
+#include "rpc/tls.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
 
@@ -34,7 +34,7 @@ struct WorkerServiceOptions {
   // (remote workers); empty for workers on a Unix socket.
   std::string token;
   // How this rank reaches the coordinator's rendezvous store: over TLS when
-  // `tls.ca` is set (parallel/tls.h; its certificate, if any, presented),
+  // `tls.ca` is set (rpc/tls.h; its certificate, if any, presented),
   // plaintext otherwise (spawned workers: a loopback store).
   TlsConfig tls;
   // Where this rank listens for its peers' Gloo connections: an address of

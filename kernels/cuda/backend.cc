@@ -15,7 +15,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/cuda/sampling.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 namespace {

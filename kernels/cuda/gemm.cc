@@ -25,7 +25,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/gemm_args.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace octet {
 

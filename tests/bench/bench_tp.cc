@@ -31,7 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/backend.h"
 #include "parallel/communicator.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/process_util.h"
 #include "model/checkpoint.h"
 #include "worker/llama_model.h"

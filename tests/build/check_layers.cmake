@@ -8,25 +8,25 @@
 #
 # Floors, lowest first; each may include its own folder and what its row
 # lists ("octet/" is the generated proto code of proto/). An arrow never
-# points up: kernels/ knows nothing above it, the coordinator reaches the
-# workers only through proto/.
-set(allowed_kernels     kernels/)
-set(allowed_parallel    parallel/ kernels/ octet/)
-# kernels/status_macros.h is the ground floor's one header for all floors.
-set(allowed_model       model/ kernels/dtype.h kernels/bf16.h kernels/f16.h
-                        kernels/fp8.h kernels/status_macros.h)
-set(allowed_worker      worker/ model/ parallel/ kernels/ octet/)
-# Of parallel/, only the rendezvous store (octet_rendezvous) it hosts, with
-# its TLS credentials.
-set(allowed_coordinator coordinator/ model/ octet/ parallel/store.h
-                        parallel/bearer_token.h parallel/grpc_status.h
-                        parallel/tls.h kernels/status_macros.h)
-set(allowed_tools       tools/ worker/ model/ parallel/ kernels/ octet/)
-set(floors kernels parallel model worker coordinator tools)
+# points up: base/ knows nothing above it, kernels/ nothing of ranks or
+# models, the coordinator reaches the workers only through proto/.
+set(allowed_base        base/)
+set(allowed_rpc         rpc/ base/ octet/)
+set(allowed_kernels     kernels/ base/)
+set(allowed_parallel    parallel/ kernels/ rpc/ base/ octet/)
+# model/ names only the element types of kernels/ (header-only, the CMake
+# library octet_element_types): it reads and writes them, computes nothing.
+set(allowed_model       model/ base/ kernels/dtype.h kernels/bf16.h
+                        kernels/f16.h kernels/fp8.h)
+set(allowed_worker      worker/ model/ parallel/ kernels/ rpc/ base/ octet/)
+set(allowed_coordinator coordinator/ model/ rpc/ base/ octet/)
+set(allowed_tools       tools/ worker/ model/ parallel/ kernels/ rpc/ base/
+                        octet/)
+set(floors base rpc kernels parallel model worker coordinator tools)
 
 # The folders an #include "..." can name: the project's and proto's.
-set(project_prefixes kernels/ parallel/ model/ worker/ coordinator/ tools/
-                     octet/ tests/)
+set(project_prefixes base/ rpc/ kernels/ parallel/ model/ worker/
+                     coordinator/ tools/ octet/ tests/)
 
 # OUT is TRUE when TEXT starts with one of the strings in the list PREFIXES.
 function(starts_with_any text prefixes out)

@@ -35,7 +35,7 @@
 #include "coordinator/worker_group.h"
 #include "model/synthetic.h"
 #include "octet/v1/generation.grpc.pb.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/process_util.h"
 
 namespace octet {

@@ -62,7 +62,7 @@
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/device.h"
 #include "kernels/fp8.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
 #include "tests/status_util.h"

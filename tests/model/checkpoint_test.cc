@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
-#include "model/file_util.h"
+#include "base/file_util.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_corpus.h"

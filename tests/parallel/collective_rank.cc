@@ -33,7 +33,7 @@
 #include "parallel/communicator.h"
 #include "parallel/shm_communicator.h"
 #include "parallel/staged_communicator.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 ABSL_FLAG(std::string, store, "", "rendezvous address host:port");
 ABSL_FLAG(int32_t, rank, -1, "this rank");

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "parallel/shm_communicator.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/process_util.h"
 
 namespace octet {

@@ -15,9 +15,9 @@
 
 #include "absl/time/clock.h"
 #include "kernels/cuda/device.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/tree_sum.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
 #include "tests/status_util.h"

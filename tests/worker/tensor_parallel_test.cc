@@ -37,7 +37,7 @@
 #include "tests/kernels/cuda_test_util.h"
 #endif
 #include "model/synthetic.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/process_util.h"
 #include "tests/worker/model_test_util.h"
 #include "tests/worker/tp_requests.h"

@@ -19,7 +19,7 @@
 #include "kernels/cpu/backend.h"
 #include "model/synthetic.h"
 #include "octet/internal/v1/worker.grpc.pb.h"
-#include "parallel/store.h"
+#include "rpc/store.h"
 #include "tests/process_util.h"
 #include "worker/generator.h"
 

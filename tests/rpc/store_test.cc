@@ -1,7 +1,7 @@
 // The rendezvous store: in memory and over gRPC — values round-trip, a Get
 // waits for a later Set, and a key that never comes is a DeadlineExceeded
 // naming it, on time.
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 #include <gtest/gtest.h>
 

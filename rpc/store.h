@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "parallel/tls.h"
+#include "rpc/tls.h"
 
 namespace octet {
 
@@ -52,8 +52,8 @@ class RendezvousServer {
  public:
   // Listens on `address` ("host:port"; port 0 picks a free one) and serves
   // `store`, which must outlive the server. With a `token`, only calls that
-  // carry it are served (parallel/bearer_token.h). With `tls` (its
-  // cert_chain set: parallel/tls.h), only over TLS, and with `tls.ca` only
+  // carry it are served (rpc/bearer_token.h). With `tls` (its
+  // cert_chain set: rpc/tls.h), only over TLS, and with `tls.ca` only
   // to clients with a certificate it signed.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
       const std::string& address, KeyValueStore* store,
@@ -78,7 +78,7 @@ class RendezvousServer {
 class GrpcStore : public KeyValueStore {
  public:
   // `token`: the server's token, if it has one. `tls`: TLS verified by its
-  // ca, when set (parallel/tls.h); plaintext otherwise.
+  // ca, when set (rpc/tls.h); plaintext otherwise.
   explicit GrpcStore(const std::string& address, std::string token = "",
                      const TlsConfig& tls = {});
   ~GrpcStore() override;

@@ -1,6 +1,6 @@
 // Reading and checking PEM files with OpenSSL (the library gRPC itself uses
 // here), and the gRPC credentials they make. See tls.h.
-#include "parallel/tls.h"
+#include "rpc/tls.h"
 
 #include <grpcpp/server_builder.h>
 #include <openssl/bio.h>

@@ -2,7 +2,7 @@
 // between hosts (coordinator → worker, worker → rendezvous store) carries
 // "authorization: Bearer TOKEN" when the group has a token, and the
 // receiving side refuses calls without it (UNAUTHENTICATED). The token is
-// only as secret as the link: TLS (parallel/tls.h) keeps it from the
+// only as secret as the link: TLS (rpc/tls.h) keeps it from the
 // network, plaintext does not. Spawned workers on private Unix sockets
 // take calls without one; the loopback store of their group still has one,
 // a fresh random one per group.

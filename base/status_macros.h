@@ -5,10 +5,9 @@
 //
 // Each evaluates its expression once and, when the status is not OK,
 // returns it unchanged from the enclosing function (which returns
-// absl::Status or any absl::StatusOr<T>). kernels/ is the ground floor, so
-// the header lives here, beside the math, for every floor above to include;
-// it names no kernel. CUDA-family error codes become statuses through
-// kernels/cuda/cuda_check.h instead.
+// absl::Status or any absl::StatusOr<T>). base/ is the ground floor, below
+// every other, so every floor includes it. CUDA-family error codes become
+// statuses through kernels/cuda/cuda_check.h instead.
 #pragma once
 
 #include <utility>

@@ -1,5 +1,6 @@
-// Reading the small files of a model directory (config.json, the shard
-// index, tokenizer.model) without the ways a plain ifstream goes wrong on
+// Reading the small files octet takes from outside (a model directory's
+// config.json, shard index and tokenizer files; the coordinator's and
+// workers' token files) without the ways a plain ifstream goes wrong on
 // outside input: a FIFO or device in place of the file blocks forever, a
 // directory reads as empty, and a huge file is read whole into memory.
 #pragma once

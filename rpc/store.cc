@@ -1,4 +1,4 @@
-#include "parallel/store.h"
+#include "rpc/store.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "octet/internal/v1/rendezvous.grpc.pb.h"
-#include "parallel/bearer_token.h"
-#include "parallel/grpc_status.h"
+#include "rpc/bearer_token.h"
+#include "rpc/grpc_status.h"
 
 namespace octet {
 
