@@ -1,3 +1,11 @@
+// CpuBackend, the Backend of kernels/cpu/backend.h: each operation checks
+// what it cheaply can and hands the work to the CPU kernels (gemm.h,
+// quantize.h, ops.h), binary32 throughout. Row groups (one FP8 scale per
+// sequence) are host memory here, so they are checked for their rules and
+// spread into one scale per row before a GEMM. It has block sums
+// (GemmBlockSums, ScaleRows: docs/design.md, "TP invariance") and captures
+// nothing; its "device" memory is host memory from AlignedAllocator
+// (kernels/aligned.h), rounded up to whole cache lines.
 #include "kernels/cpu/backend.h"
 
 #include <sys/mman.h>

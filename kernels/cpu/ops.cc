@@ -1,3 +1,8 @@
+// The scalar references of kernels/cpu/ops.h, which are also the CPU
+// backend's implementation of these operations: straightforward loops in
+// binary32, parallel over rows or (token, head) with OpenMP where a row's
+// arithmetic does not depend on the split, so the results do not change
+// with the thread count.
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>

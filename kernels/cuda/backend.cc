@@ -1,3 +1,12 @@
+// CudaBackend, the Backend of kernels/cuda/backend.h: bfloat16 activations
+// on one GPU and one stream. The operations are thin: they bind the device
+// (the worker calls from any gRPC thread), then enqueue cuBLASLt GEMMs
+// (gemm.h: planned for TP = 1's shapes, block sums for row-parallel
+// layers), the quantizer (quantize.h), the forward's kernels (ops.h;
+// attention cut by attention_plan.h for the model's whole head counts) or
+// the sampler (sampling.h). Small host copies go through two pinned
+// halves; captures are CUDA stream captures, launched as graphs; scratch
+// that a capture may name is kept until the backend ends.
 #include "kernels/cuda/backend.h"
 
 #include <cuda_runtime_api.h>

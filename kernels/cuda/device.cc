@@ -1,3 +1,7 @@
+// kernels/cuda/device.h through the CUDA runtime: every query turns a
+// missing driver or device into "none" (0 devices, capability 0), clearing
+// the runtime's error state, so that programs built with CUDA start and
+// report on machines without a GPU.
 #include "kernels/cuda/device.h"
 
 #include <cuda_runtime_api.h>
