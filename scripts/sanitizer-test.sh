@@ -39,8 +39,10 @@ case "$kind" in
     # (memcpy, free, send...) is not checked, since TSan cannot see those
     # libraries' own synchronization and would report each of their
     # internal hand-offs; their pthread calls still count. tests/tsan.supp
-    # has the rest, each with its reason.
-    export TSAN_OPTIONS="log_path=$logs/tsan:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$root/tests/tsan.supp"
+    # has the rest, each with its reason. history_size=7 (the most) keeps
+    # enough history for TSan to restore the earlier access's stack, which
+    # the suppressions match against.
+    export TSAN_OPTIONS="log_path=$logs/tsan:second_deadlock_stack=1:history_size=7:ignore_noninstrumented_modules=1:suppressions=$root/tests/tsan.supp"
     # libgomp is not built with TSan, so TSan cannot see its barriers and
     # would report every OpenMP region in the kernels as a race. One thread
     # per region (the `num_threads` clauses are capped by the limit) runs
