@@ -115,11 +115,14 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   static std::map<std::string, double> Scrape() {
+    return Scrape(metrics_port_);
+  }
+  static std::map<std::string, double> Scrape(int metrics_port) {
     std::map<std::string, double> samples;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(metrics_port_));
+    addr.sin_port = htons(static_cast<uint16_t>(metrics_port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string reply;
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
@@ -599,12 +602,13 @@ std::string DrainTimeoutForTest() {
 // to give them before cutting them off -- run to their end; clients that
 // cancel or read slowly change nothing; the process exits 0 once idle.
 TEST_F(CoordinatorTest, SigtermDrainsRunningAndQueuedRequests) {
-  const int port = testing::FreeTcpPort();
+  const int port = testing::FreeTcpPort(), metrics = testing::FreeTcpPort();
   testing::Child server(
       {testing::SiblingProgram("coordinator"), "--model=" + Model(), "--tp=2",
        "--quantization=fp8", "--device=cpu", absl::StrCat("--port=", port),
        "--kv_cache_tokens=4096", "--block_size=8", "--threads=1",
-       "--max_running=2", "--drain_timeout=" + DrainTimeoutForTest()});
+       "--max_running=2", "--drain_timeout=" + DrainTimeoutForTest(),
+       absl::StrCat("--metrics_port=", metrics)});
   ASSERT_TRUE(server.started());
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                      grpc::InsecureChannelCredentials());
@@ -637,6 +641,24 @@ TEST_F(CoordinatorTest, SigtermDrainsRunningAndQueuedRequests) {
     });
   }
   while (started.load() < 2) absl::SleepFor(absl::Milliseconds(10));
+  // Every stream is in the server (running, queued or ended) before the
+  // signal: one that had not arrived yet would be refused, rightly, and the
+  // test would measure the machine's speed (a loaded TSan run sent the
+  // signal before the 16th stream arrived).
+  const absl::Time arrive_by = absl::Now() + absl::Seconds(120);
+  for (double in_server = 0; in_server < kStreams;) {
+    ASSERT_LT(absl::Now(), arrive_by)
+        << in_server << " of " << kStreams << " streams reached the server";
+    absl::SleepFor(absl::Milliseconds(20));
+    in_server = 0;
+    for (const auto& [name, value] : Scrape(metrics)) {
+      if (name == "octet_requests_running" ||
+          name == "octet_requests_waiting" ||
+          name.starts_with("octet_requests_total{")) {
+        in_server += value;
+      }
+    }
+  }
   const absl::Time sigterm = absl::Now();
   ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
   // Once the signal is seen (within ~0.1 s), a new request is refused at
