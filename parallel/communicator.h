@@ -44,11 +44,13 @@ class Communicator {
   // and adds on the device, since NCCL's own sum has its own order).
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
   virtual absl::Status AllReduceMax(float* data, int64_t count) = 0;
-  // In place over `count` bfloat16 values (row-parallel outputs of GPU
-  // ranks): each rank's values widened to binary32, summed as AllReduceSum
-  // sums, then rounded once to bfloat16. The default does exactly that
-  // through host memory, so `data` must be host memory for it; NCCL
-  // overrides it with its own bfloat16 sum (its order and roundings).
+  // In place over `count` bfloat16 values (GPU ranks' embeddings, where
+  // one rank holds each value and the others add zeros, so any order is
+  // exact; row-parallel outputs are summed in binary32 instead): each
+  // rank's values widened to binary32, summed as AllReduceSum sums, then
+  // rounded once to bfloat16. The default does exactly that through host
+  // memory, so `data` must be host memory for it; NCCL overrides it with
+  // its own bfloat16 sum (its order and roundings).
   virtual absl::Status AllReduceSumBf16(void* data, int64_t count);
   // out[r * count + i] = rank r's in[i] (out holds size() * count values).
   virtual absl::Status AllGather(const float* in, int64_t count,
