@@ -22,10 +22,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/gemm_args.h"
-#include "base/status_macros.h"
 
 namespace octet {
 
@@ -483,7 +483,11 @@ PlanKey PlainKey(bool fp8, bool row_scaled, int64_t m, int64_t n, int64_t k,
                  .plan = plan};
 }
 
-absl::Status CheckPlanN(int64_t n, int64_t plan_n, const char* what) {
+// CheckGemmArgs, and a plan_n (0: n) that is not below the call's N.
+absl::Status CheckArgs(const void* a, const void* b, int64_t m, int64_t n,
+                       int64_t k, int64_t plan_n, const void* y, DType y_dtype,
+                       const char* what) {
+  OCTET_RETURN_IF_ERROR(CheckGemmArgs(a, b, m, n, k, y, y_dtype, what));
   if (plan_n != 0 && plan_n < n) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": plan_n ", plan_n, " is below the call's N ", n));
@@ -507,11 +511,10 @@ absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
       PlainKey(fp8, false, m, n, k, plan_n, y_dtype,
                std::min({Alignment(a), Alignment(b), Alignment(y)}));
   absl::MutexLock lock(&state_->mu);
-  absl::StatusOr<Plan*> plan = state_->GetPlan(key);
-  if (!plan.ok()) return plan.status();
-  if ((*plan)->fallback) {
+  OCTET_ASSIGN_OR_RETURN(Plan* const plan, state_->GetPlan(key));
+  if (plan->fallback) {
     state_->last_path = Path::kFallback;
-    state_->last_fallback_reason = (*plan)->fallback_reason;
+    state_->last_fallback_reason = plan->fallback_reason;
     if (fp8) {
       return CudaGemmE4m3Fallback(static_cast<const uint8_t*>(a), d_scale_a,
                                   static_cast<const uint8_t*>(b), d_scale_b, m,
@@ -527,7 +530,7 @@ absl::Status CublasLtGemm::Run(bool fp8, int64_t m, int64_t n, int64_t k,
     OCTET_ASSIGN_OR_RETURN(
         d_scale_b, state_->Aligned(d_scale_b, 1, state_->slot_b, stream));
   }
-  return state_->Matmul(**plan, a, b, d_scale_a, d_scale_b, y, stream);
+  return state_->Matmul(*plan, a, b, d_scale_a, d_scale_b, y, stream);
 }
 
 absl::Status CublasLtGemm::State::Matmul(Plan& plan, const void* a,
@@ -552,8 +555,7 @@ absl::Status CublasLtGemm::E4m3(const uint8_t* qa, const float* d_scale_a,
                                 DType y_dtype, cudaStream_t stream,
                                 int64_t plan_n) {
   OCTET_RETURN_IF_ERROR(
-      CheckGemmArgs(qa, qb, m, n, k, y, y_dtype, "CublasLtGemm::E4m3"));
-  OCTET_RETURN_IF_ERROR(CheckPlanN(n, plan_n, "CublasLtGemm::E4m3"));
+      CheckArgs(qa, qb, m, n, k, plan_n, y, y_dtype, "CublasLtGemm::E4m3"));
   if (d_scale_a == nullptr || d_scale_b == nullptr) {
     return absl::InvalidArgumentError("CublasLtGemm::E4m3: null scale pointer");
   }
@@ -590,8 +592,7 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
                                       DType y_dtype, cudaStream_t stream) {
   const char* what = b_per_column ? "CublasLtGemm::E4m3ColumnScales"
                                   : "CublasLtGemm::E4m3RowGroups";
-  OCTET_RETURN_IF_ERROR(CheckGemmArgs(qa, qb, m, n, k, y, y_dtype, what));
-  OCTET_RETURN_IF_ERROR(CheckPlanN(n, plan_n, what));
+  OCTET_RETURN_IF_ERROR(CheckArgs(qa, qb, m, n, k, plan_n, y, y_dtype, what));
   if (d_scale_a == nullptr || d_scale_b == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": null scale pointer"));
@@ -637,9 +638,8 @@ absl::Status CublasLtGemm::OuterVectorE4m3(
       PlainKey(true, true, m, n, k, plan_n, y_dtype,
                std::min({Alignment(qa), Alignment(qb), Alignment(y)}));
   absl::MutexLock lock(&state_->mu);
-  absl::StatusOr<Plan*> plan = state_->GetPlan(key);
-  if (!plan.ok()) return plan.status();
-  if ((*plan)->fallback) return absl::OkStatus();  // two passes
+  OCTET_ASSIGN_OR_RETURN(Plan* const plan, state_->GetPlan(key));
+  if (plan->fallback) return absl::OkStatus();  // two passes
   OCTET_RETURN_IF_ERROR(CudaRowScales(d_scale_a, d_row_group,
                                       b_per_column ? state_->one : d_scale_b, m,
                                       state_->row_scales, stream));
@@ -649,7 +649,7 @@ absl::Status CublasLtGemm::OuterVectorE4m3(
         columns, state_->Aligned(d_scale_b, n, state_->slot_b, stream));
   }
   OCTET_RETURN_IF_ERROR(
-      state_->Matmul(**plan, qa, qb, state_->row_scales, columns, y, stream));
+      state_->Matmul(*plan, qa, qb, state_->row_scales, columns, y, stream));
   *done = true;
   return absl::OkStatus();
 }
@@ -659,8 +659,7 @@ absl::Status CublasLtGemm::Bf16(const octet::Bf16* a, const octet::Bf16* b,
                                 DType y_dtype, cudaStream_t stream,
                                 int64_t plan_n) {
   OCTET_RETURN_IF_ERROR(
-      CheckGemmArgs(a, b, m, n, k, y, y_dtype, "CublasLtGemm::Bf16"));
-  OCTET_RETURN_IF_ERROR(CheckPlanN(n, plan_n, "CublasLtGemm::Bf16"));
+      CheckArgs(a, b, m, n, k, plan_n, y, y_dtype, "CublasLtGemm::Bf16"));
   if (m == 0 || n == 0) return absl::OkStatus();
   return Run(false, m, n, k, plan_n, y_dtype, a, b, nullptr, nullptr, y,
              stream);

@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/group_quantize.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/fp8.h"
 
@@ -48,18 +50,6 @@ __global__ void EmbeddingKernel(const void* table, bool f32_table, int64_t rows,
   }
 }
 
-__device__ float BlockSum(float v) {
-  __shared__ float partial[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? partial[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
 // One row of RmsNorm by the whole block; `out` may be `xr` (every value is
 // read before BlockSum's barrier, and each thread rewrites only its own).
 __device__ void NormRow(const bf16* xr, const float* w, int64_t cols, float eps,
@@ -69,7 +59,8 @@ __device__ void NormRow(const bf16* xr, const float* w, int64_t cols, float eps,
     const float v = Load(xr, c);
     ss += v * v;
   }
-  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + eps);
+  const float inv =
+      rsqrtf(BlockSum<kThreads>(ss) / static_cast<float>(cols) + eps);
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     Store(out, c, Load(xr, c) * inv * w[c]);
   }
@@ -88,22 +79,6 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = blockIdx.x / heads, h = blockIdx.x % heads;
   bf16* head = x + r * row_stride + h * head_dim;
   NormRow(head, w, head_dim, eps, head);
-}
-
-__device__ float BlockMax(float v) {
-  __shared__ float partial[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? partial[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  }
-  return v;
 }
 
 // A row of the values a FusedInput produces, as the producer's kernel
@@ -138,44 +113,25 @@ __device__ ProducedRow MakeProducedRow(const FusedInput& in, int64_t cols) {
       const float v = Load(p.x, c);
       ss += v * v;
     }
-    p.inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + in.eps);
+    p.inv = rsqrtf(BlockSum<kThreads>(ss) / static_cast<float>(cols) + in.eps);
   } else {
     p.x = static_cast<const bf16*>(in.x) + row * 2 * cols;
   }
   return p;
 }
 
-// Non-negative binary32 values order like their bits as integers, so
-// atomicMax on the bits is an exact max (the slots start at +0).
+// The group kernels of quantize.cu, on rows a FusedInput makes.
 __global__ void __launch_bounds__(kThreads)
     FusedAbsMaxKernel(FusedInput in, int64_t cols, const int32_t* row_group,
                       float* absmax) {
-  const ProducedRow value = MakeProducedRow(in, cols);
-  float m = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-    m = fmaxf(m, fabsf(value(c)));
-  }
-  m = BlockMax(m);
-  if (threadIdx.x == 0) {
-    const int32_t g = row_group != nullptr ? row_group[blockIdx.x] : 0;
-    atomicMax(reinterpret_cast<int*>(absmax + g), __float_as_int(m));
-  }
+  GroupAbsMaxRow<kThreads>(MakeProducedRow(in, cols), cols, row_group, absmax);
 }
 
 __global__ void __launch_bounds__(kThreads)
     FusedQuantizeKernel(FusedInput in, int64_t cols, const int32_t* row_group,
                         const float* absmax, uint8_t* q, float* scale) {
-  const int64_t row = blockIdx.x;
-  const int32_t g = row_group != nullptr ? row_group[row] : 0;
-  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax[g]);
-  const bool first_of_group =
-      row == 0 || (row_group != nullptr && row_group[row - 1] != g);
-  if (threadIdx.x == 0 && first_of_group) scale[g] = s.scale;
-  const ProducedRow value = MakeProducedRow(in, cols);
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-    q[row * cols + c] =
-        __nv_cvt_float_to_fp8(value(c) * s.inv, __NV_SATFINITE, __NV_E4M3);
-  }
+  GroupQuantizeRow<kThreads>(MakeProducedRow(in, cols), cols, row_group, absmax,
+                             q, scale);
 }
 
 __global__ void AddKernel(bf16* x, const bf16* y, int64_t n) {

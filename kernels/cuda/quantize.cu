@@ -12,7 +12,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/group_quantize.cuh"
 #include "kernels/cuda/quantize.h"
 #include "kernels/fp8.h"
 
@@ -48,26 +50,6 @@ __device__ inline void LoadVec(const T* p, float (&out)[kVec<T>]) {
   }
 }
 
-__device__ inline float WarpMax(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  }
-  return v;
-}
-
-// Max over the block; the result is valid in every thread.
-__device__ inline float BlockMax(float v) {
-  __shared__ float warp_max[kThreads / 32];
-  v = WarpMax(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // warp_max may still be read by a previous call
-  if (lane == 0) warp_max[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? warp_max[lane] : 0.0f;
-  return WarpMax(v);
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     AbsMaxKernel(const T* __restrict__ x, int64_t n, bool aligned,
@@ -90,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = tail_begin + tid; i < n; i += stride) {
     m = fmaxf(m, fabsf(ToFloat(x[i])));
   }
-  m = BlockMax(m);
+  m = BlockMax<kThreads>(m);
 
   __shared__ bool is_last;
   if (threadIdx.x == 0) {
@@ -105,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int b = threadIdx.x; b < gridDim.x; b += kThreads) {
     total = fmaxf(total, __ldcg(partials + b));
   }
-  total = BlockMax(total);
+  total = BlockMax<kThreads>(total);
   if (threadIdx.x == 0) {
     *out = total;
     *ticket = 0;  // ready for the next launch on this stream
@@ -159,48 +141,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block per row: fold |x| over the row, then into its group's slot.
-// Non-negative binary32 values order like their bit patterns as integers,
-// so atomicMax on the bits is an exact, order-independent max (the slots
-// start at +0).
+// A row of x in memory, as binary32.
+template <typename T>
+struct MemoryRow {
+  const T* __restrict__ x;
+  __device__ float operator()(int64_t c) const { return ToFloat(x[c]); }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     GroupAbsMaxKernel(const T* __restrict__ x, int64_t cols,
                       const int32_t* __restrict__ row_group,
                       float* __restrict__ absmax) {
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * cols;
-  float m = 0.0f;
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
-    m = fmaxf(m, fabsf(ToFloat(xr[i])));
-  }
-  m = BlockMax(m);
-  if (threadIdx.x == 0) {
-    atomicMax(reinterpret_cast<int*>(absmax + row_group[row]),
-              __float_as_int(m));
-  }
+  GroupAbsMaxRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, cols, row_group,
+                           absmax);
 }
 
-// One block per row, with its group's scale; the group's first row
-// publishes the scale.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     GroupQuantizeKernel(const T* __restrict__ x, int64_t cols,
                         const int32_t* __restrict__ row_group,
                         const float* __restrict__ absmax,
                         uint8_t* __restrict__ q, float* __restrict__ scale) {
-  const int64_t row = blockIdx.x;
-  const int32_t g = row_group[row];
-  const E4m3Scale s = E4m3ScaleFromAbsmax(absmax[g]);
-  if (threadIdx.x == 0 && (row == 0 || row_group[row - 1] != g)) {
-    scale[g] = s.scale;
-  }
-  const T* xr = x + row * cols;
-  uint8_t* qr = q + row * cols;
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
-    qr[i] = __nv_cvt_float_to_fp8(ToFloat(xr[i]) * s.inv, __NV_SATFINITE,
-                                  __NV_E4M3);
-  }
+  GroupQuantizeRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, cols,
+                             row_group, absmax, q, scale);
 }
 
 template <typename Y>
