@@ -33,12 +33,17 @@ namespace octet {
 
 class Backend;
 
-// Device memory owned by a backend; freed on destruction. Movable only.
+// Device memory owned by a backend, freed on destruction; or a view of
+// memory another buffer owns (View), never freed. Movable only.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(Backend* owner, void* data, size_t bytes)
       : owner_(owner), data_(data), bytes_(bytes) {}
+  // `bytes` at `data`, owned elsewhere: valid while their owner is.
+  static DeviceBuffer View(void* data, size_t bytes) {
+    return DeviceBuffer(nullptr, data, bytes);
+  }
   DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -297,19 +302,13 @@ class Backend {
                                  const float* q_scale, const RowGroups& groups,
                                  const LinearWeight& w, void* y, DType y_dtype);
 
-  // out[r] = the index of the largest of the `cols` binary32 values of row r
-  // (logits; greedy sampling on the device, so only the ids come back):
-  // lowest index on ties, NaN never largest, 0 for a row without a number.
-  virtual absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
-                              int32_t* out) = 0;
-
   // Chooses a token for each of `rows` (kernels/sampling.h has the rules)
   // from the binary32 logits [*][vocab] on the device; only the tokens come
-  // back, into the host array `out` (one per row). The default copies each
-  // row to the host and runs the host reference (SampleOne).
+  // back, into the host array `out` (one per row). The CPU runs the host
+  // reference (SampleOne) on each row where it lies; CUDA its own kernels.
   virtual absl::Status Sample(const float* logits, int64_t vocab,
                               absl::Span<const SampleRow> rows,
-                              SampledToken* out);
+                              SampledToken* out) = 0;
 
   // Capture (CUDA graphs): between BeginCapture and EndCapture the backend
   // records the operations it is given instead of running them, and
@@ -370,19 +369,6 @@ inline absl::Status Backend::BeginCapture() {
 
 inline absl::StatusOr<std::unique_ptr<CapturedWork>> Backend::EndCapture() {
   return absl::UnimplementedError(Describe() + " cannot capture work");
-}
-
-inline absl::Status Backend::Sample(const float* logits, int64_t vocab,
-                                    absl::Span<const SampleRow> rows,
-                                    SampledToken* out) {
-  std::vector<float> row(vocab);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    absl::Status s = CopyToHost(row.data(), logits + rows[i].logits_row * vocab,
-                                vocab * sizeof(float));
-    if (!s.ok()) return s;
-    out[i] = SampleOne(row, rows[i]);
-  }
-  return absl::OkStatus();
 }
 
 inline DeviceBuffer::~DeviceBuffer() {

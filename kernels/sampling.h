@@ -50,8 +50,8 @@ OCTET_HOST_DEVICE inline double UniformDraw(uint64_t seed, int64_t position) {
 }
 
 // The greedy choice over `n` logits: the first index of the largest value;
-// NaN never largest; 0 when no value is a number (every backend's Argmax
-// follows this rule).
+// NaN never largest; 0 when no value is a number (every backend's greedy
+// Sample follows this rule).
 int64_t ArgmaxIndex(const float* logits, int64_t n);
 
 // InvalidArgument naming the field: temperature < 0 or not finite, top_k < 0,

@@ -291,9 +291,15 @@ class CpuBackend : public Backend {
     }
     return absl::OkStatus();
   }
-  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
-                      int32_t* out) override {
-    cpu::ArgmaxRef(x, rows, cols, out);
+  // The logits are host memory: each row sampled where it lies.
+  absl::Status Sample(const float* logits, int64_t vocab,
+                      absl::Span<const SampleRow> rows,
+                      SampledToken* out) override {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out[i] = SampleOne(
+          {logits + rows[i].logits_row * vocab, static_cast<size_t>(vocab)},
+          rows[i]);
+    }
     return absl::OkStatus();
   }
   absl::Status InterleaveParts(const float* parts, int64_t num_parts,

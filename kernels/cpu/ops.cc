@@ -160,12 +160,6 @@ void AttentionRef(const float* q, int64_t q_stride, int64_t heads,
   }
 }
 
-void ArgmaxRef(const float* x, int64_t rows, int64_t cols, int32_t* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    out[r] = static_cast<int32_t>(ArgmaxIndex(x + r * cols, cols));
-  }
-}
-
 void GatherRowsRef(const float* x, int64_t cols, const int32_t* rows, int64_t n,
                    float* out) {
   for (int64_t i = 0; i < n; ++i) {

@@ -41,8 +41,6 @@ void AttentionRef(const float* q, int64_t q_stride, int64_t heads,
                   const AttentionMetadata& meta, const float* k_cache,
                   const float* v_cache, float* out, int threads);
 
-void ArgmaxRef(const float* x, int64_t rows, int64_t cols, int32_t* out);
-
 void GatherRowsRef(const float* x, int64_t cols, const int32_t* rows, int64_t n,
                    float* out);
 

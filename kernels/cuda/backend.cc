@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
@@ -24,7 +25,6 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/cuda/sampling.h"
-#include "base/status_macros.h"
 
 namespace octet {
 namespace {
@@ -308,11 +308,6 @@ class CudaBackend : public Backend {
         groups.count == 1 ? nullptr : groups.row_group,
         q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
         y_dtype, stream_);
-  }
-  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
-                      int32_t* out) override {
-    OCTET_RETURN_IF_ERROR(BindDevice());
-    return cuda::Argmax(x, rows, cols, out, stream_);
   }
   absl::Status Sample(const float* logits, int64_t vocab,
                       absl::Span<const SampleRow> rows,

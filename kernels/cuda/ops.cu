@@ -483,43 +483,6 @@ __global__ void AttentionMergeKernel(const float* partials, int64_t heads,
   }
 }
 
-// One block per row: each thread keeps its best (value, index) with the
-// rule of ArgmaxIndex (larger wins, lower index on ties, NaN never), then a
-// shared-memory tree merges them with the same rule.
-__device__ inline bool Better(float v, int64_t i, float best, int64_t best_i) {
-  return v > best || (v == best && i < best_i);
-}
-
-__global__ void __launch_bounds__(kThreads)
-    ArgmaxKernel(const float* x, int64_t cols, int32_t* out) {
-  __shared__ float values[kThreads];
-  __shared__ int64_t indices[kThreads];
-  const float* row = x + blockIdx.x * cols;
-  float best = -INFINITY;
-  int64_t best_i = cols;  // "none yet": loses every tie
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-    if (Better(row[c], c, best, best_i)) {
-      best = row[c];
-      best_i = c;
-    }
-  }
-  values[threadIdx.x] = best;
-  indices[threadIdx.x] = best_i;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride &&
-        Better(values[threadIdx.x + stride], indices[threadIdx.x + stride],
-               values[threadIdx.x], indices[threadIdx.x])) {
-      values[threadIdx.x] = values[threadIdx.x + stride];
-      indices[threadIdx.x] = indices[threadIdx.x + stride];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    out[blockIdx.x] = indices[0] < cols ? static_cast<int32_t>(indices[0]) : 0;
-  }
-}
-
 __global__ void GatherKernel(const bf16* x, int64_t cols, const int32_t* rows,
                              int64_t n, bf16* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * cols;
@@ -713,15 +676,6 @@ absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
   if (rows == 0) return absl::OkStatus();
   FusedQuantizeKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       in, cols, row_group, absmax, q, scale);
-  OCTET_LAUNCHED();
-  return absl::OkStatus();
-}
-
-absl::Status Argmax(const float* x, int64_t rows, int64_t cols, int32_t* out,
-                    cudaStream_t stream) {
-  if (rows == 0) return absl::OkStatus();
-  ArgmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, cols,
-                                                                     out);
   OCTET_LAUNCHED();
   return absl::OkStatus();
 }

@@ -54,8 +54,6 @@ absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
 absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
                            const int32_t* row_group, const float* absmax,
                            uint8_t* q, float* scale, cudaStream_t stream);
-absl::Status Argmax(const float* x, int64_t rows, int64_t cols, int32_t* out,
-                    cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                         int64_t n, void* out, cudaStream_t stream);
 

@@ -56,13 +56,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/device.h"
 #include "kernels/fp8.h"
-#include "base/status_macros.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
 #include "tests/status_util.h"
@@ -1035,38 +1035,6 @@ absl::StatusOr<Output> RunScaleRowsUnscaled(Backend& b, const Env&) {
   return o;
 }
 
-// Argmax of binary32 logits: rows with ties, NaN, all -inf and all NaN
-// (lowest index on ties, NaN never largest, 0 without a number), then
-// random rows.
-absl::StatusOr<Output> RunArgmax(Backend& b, int64_t rows, int64_t cols,
-                                 bool specials) {
-  std::vector<float> x = F32Values(rows * cols, 101 + cols, 3.0f);
-  if (specials) {
-    for (int64_t c = 0; c < cols; ++c) {
-      x[0 * cols + c] = c % 7 == 3 ? 5.0f : 1.0f;
-      x[1 * cols + c] = c % 2 ? NAN : -2.0f;
-      x[2 * cols + c] = -INFINITY;
-      x[3 * cols + c] = NAN;
-      x[4 * cols + c] = c == cols - 1 ? INFINITY : x[4 * cols + c];
-    }
-    x[5 * cols + 0] = 100.0f;  // the first column wins
-  }
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, Upload(b, x));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer out,
-                         Upload(b, std::vector<int32_t>(rows, -1)));
-  OCTET_RETURN_IF_ERROR(
-      b.Argmax(dx.as<float>(), rows, cols, out.as<int32_t>()));
-  OCTET_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                         Read<int32_t>(b, out.data(), rows));
-  Output o;
-  o.fields = {Bits("ids", ids)};
-  return o;
-}
-
-// Sample on binary32 logits: greedy, temperature, top-k, top-p, penalty,
-// with log-probabilities. Ids bit for bit: the draws of these few rows are
-// far from a boundary between tokens (a GPU's sums in another order could
-// otherwise move one; tests/kernels/backend_sampling_test.cc has the rest).
 absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
   const int64_t rows = 4, vocab = 1000;
   const std::vector<float> x = F32Values(rows * vocab, 77, 4.0f);
@@ -1338,14 +1306,6 @@ const std::vector<Case>& Cases() {
        {"has_block_sums", "ScaleRows"},
        kExact,
        RunScaleRowsUnscaled},
-      {"ArgmaxSpecialRows",
-       {"Argmax"},
-       kExact,
-       [](Backend& b, const Env&) { return RunArgmax(b, 8, 1000, true); }},
-      {"ArgmaxVocabRows",
-       {"Argmax"},
-       kExact,
-       [](Backend& b, const Env&) { return RunArgmax(b, 3, 32007, false); }},
       {"GatherRows", {"GatherRows"}, kExact, RunGatherRows},
       {"InterleaveParts", {"InterleaveParts"}, kExact, RunInterleaveParts},
       // Log-probabilities: binary64 sums in another order, one binary32

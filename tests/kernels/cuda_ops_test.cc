@@ -225,33 +225,6 @@ TEST_F(CudaOpsTest, Fp8RowGroupsMatchTheCpu) {
   }
 }
 
-TEST_F(CudaOpsTest, ArgmaxMatchesTheCpu) {
-  // Rows with ties, NaN, all -inf and all NaN, then random logits.
-  const int64_t cols = 1000;
-  std::vector<float> x = NormalBf16Values(8 * cols, 8, 3.0f);
-  for (int64_t c = 0; c < cols; ++c) {
-    x[0 * cols + c] = c % 7 == 3 ? 5.0f : 1.0f;  // tie: first 5 wins
-    x[1 * cols + c] = c % 2 ? NAN : -2.0f;
-    x[2 * cols + c] = -INFINITY;
-    x[3 * cols + c] = NAN;
-  }
-  std::vector<std::vector<int32_t>> got(2);
-  int i = 0;
-  for (Backend* b : {cpu_.get(), gpu_.get()}) {
-    DeviceBuffer dx = Buf(*b, x), out = Buf(*b, std::vector<int32_t>(8, -1));
-    OCTET_ASSERT_OK(b->Argmax(dx.as<float>(), 8, cols, out.as<int32_t>()));
-    got[i].resize(8);
-    OCTET_ASSERT_OK(
-        b->CopyToHost(got[i].data(), out.data(), 8 * sizeof(int32_t)));
-    ++i;
-  }
-  EXPECT_EQ(got[0], got[1]);
-  EXPECT_EQ(got[0][0], 3);
-  EXPECT_EQ(got[0][1], 0);
-  EXPECT_EQ(got[0][2], 0);
-  EXPECT_EQ(got[0][3], 0);
-}
-
 TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
   // Three sequences in one pass: a 19-token prefill, a decode at position
   // 40, and a 6-token chunk starting at 10; scrambled blocks of 4; GQA

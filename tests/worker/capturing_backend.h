@@ -221,10 +221,7 @@ class CapturingBackend : public Backend {
       return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y, y_dtype);
     });
   }
-  absl::Status Argmax(const float* x, int64_t rows, int64_t cols,
-                      int32_t* out) override {
-    return Do([=, this] { return inner_->Argmax(x, rows, cols, out); });
-  }
+
   absl::Status InterleaveParts(const float* parts, int64_t num_parts,
                                int64_t rows, int64_t cols,
                                float* out) override {
