@@ -47,11 +47,13 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/device_choice.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics.h"
-#include "base/status_macros.h"
-#include "base/file_util.h"
+#include "model/checkpoint.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 #include "rpc/tls.h"
@@ -430,14 +432,14 @@ struct ModelFacts {
 
 absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   ModelFacts m;
-  OCTET_ASSIGN_OR_RETURN(m.config, LoadModelConfig(dir));
+  OCTET_ASSIGN_OR_RETURN(m.config, ReadCheckpointConfig(dir));
   // A split that cannot work fails every load the same way: say so now,
   // before any worker starts, rather than restart groups forever.
   if (absl::Status s = CheckTensorParallelSplit(m.config, tp); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": --tp ", tp, ": ", s.message()));
   }
-  OCTET_ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(dir, m.config));
+  OCTET_ASSIGN_OR_RETURN(m.tokenizer, ReadCheckpointTokenizer(dir, m.config));
   if (m.tokenizer == nullptr) {
     std::fprintf(
         stderr,

@@ -1,68 +1,36 @@
 #include "model/checkpoint.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <set>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "base/status_macros.h"
-#include "base/file_util.h"
-#include "nlohmann/json.hpp"
+#include "model/safetensors.h"
+#include "model/safetensors_checkpoint.h"
 
 namespace octet {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// The safetensors files of DIR: those the index names, or model.safetensors.
-absl::StatusOr<std::vector<std::string>> ShardFiles(
-    const std::string& dir,
-    std::vector<std::pair<std::string, std::string>>* weight_map) {
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  OCTET_ASSIGN_OR_RETURN(const bool indexed, PathExists(index.string()));
-  if (indexed) {
-    // An index lists every tensor once: a few MB even for the largest models.
-    OCTET_ASSIGN_OR_RETURN(const std::string text,
-                           ReadSmallFile(index.string(), size_t{64} << 20));
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index.string(), ": not a JSON object with a \"weight_map\" object"));
-    }
-    std::set<std::string> files;
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string() ||
-          file.get<std::string>().find('/') != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            index.string(), ": tensor '", name,
-            "' maps to something other than a file name in this directory"));
-      }
-      files.insert(file.get<std::string>());
-      weight_map->emplace_back(name, file.get<std::string>());
-    }
-    if (files.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(index.string(), ": weight_map is empty"));
-    }
-    return std::vector<std::string>(files.begin(), files.end());
+// Element i of a float tensor (F32, BF16 or F16) as a float.
+float FloatAt(const TensorView& t, int64_t i) {
+  if (t.dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + 4 * i, sizeof(v));
+    return v;
   }
-  OCTET_ASSIGN_OR_RETURN(
-      const bool single,
-      PathExists((fs::path(dir) / "model.safetensors").string()));
-  if (single) return std::vector<std::string>{"model.safetensors"};
-  return absl::NotFoundError(absl::StrCat(
-      dir, ": no model.safetensors or model.safetensors.index.json"));
+  uint16_t bits;
+  std::memcpy(&bits, t.bytes.data() + 2 * i, sizeof(bits));
+  return t.dtype == DType::kBf16 ? Bf16ToFloat(Bf16{bits})
+                                 : F16ToFloat(F16{bits});
 }
 
 }  // namespace
@@ -73,78 +41,25 @@ int64_t TensorView::num_elements() const {
   return n;
 }
 
-std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
-  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
-                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
-  std::vector<ExpectedTensor> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, false});
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    out.push_back({p + "input_layernorm.weight", {h}, false});
-    out.push_back({p + "self_attn.q_proj.weight", {q, h}, true});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, h}, true});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, h}, true});
-    if (c.qkv_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {q}, false});
-      out.push_back({p + "self_attn.k_proj.bias", {kv}, false});
-      out.push_back({p + "self_attn.v_proj.bias", {kv}, false});
-    }
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, false});
-      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, false});
-    }
-    out.push_back({p + "self_attn.o_proj.weight", {h, q}, true});
-    out.push_back({p + "post_attention_layernorm.weight", {h}, false});
-    out.push_back({p + "mlp.gate_proj.weight", {ff, h}, true});
-    out.push_back({p + "mlp.up_proj.weight", {ff, h}, true});
-    out.push_back({p + "mlp.down_proj.weight", {h, ff}, true});
-  }
-  out.push_back({"model.norm.weight", {h}, false});
-  if (!c.tie_word_embeddings) {
-    out.push_back({"lm_head.weight", {c.vocab_size, h}, false});
-  }
-  return out;
-}
+// The three functions below are where a directory's format is chosen. Hugging
+// Face safetensors is the default: a directory no other format recognizes
+// is read as one, so that its errors (no config.json, no model.safetensors)
+// are what a user sees. A second format tests for its files first.
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
-  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
-  ckpt->dir_ = dir;
-  OCTET_ASSIGN_OR_RETURN(ckpt->config_, LoadModelConfig(dir));
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> c,
+                         SafetensorsCheckpoint::Open(dir));
+  return std::unique_ptr<Checkpoint>(std::move(c));
+}
 
-  std::vector<std::pair<std::string, std::string>> weight_map;
-  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                         ShardFiles(dir, &weight_map));
-  absl::flat_hash_map<std::string, size_t> file_index;
-  for (const std::string& name : files) {
-    OCTET_ASSIGN_OR_RETURN(
-        std::unique_ptr<SafetensorsFile> f,
-        SafetensorsFile::Open((fs::path(dir) / name).string()));
-    file_index[name] = ckpt->files_.size();
-    ckpt->files_.push_back(std::move(f));
-  }
-  for (size_t i = 0; i < ckpt->files_.size(); ++i) {
-    for (const SafetensorsEntry& e : ckpt->files_[i]->header().tensors) {
-      auto [it, inserted] = ckpt->index_.emplace(e.name, std::make_pair(i, &e));
-      if (!inserted) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dir, ": tensor '", e.name, "' is stored twice (in ",
-                         ckpt->files_[it->second.first]->path(), " and ",
-                         ckpt->files_[i]->path(), ")"));
-      }
-    }
-  }
-  // The index must tell the truth about where each tensor is.
-  for (const auto& [name, file] : weight_map) {
-    auto it = ckpt->index_.find(name);
-    if (it == ckpt->index_.end() || it->second.first != file_index[file]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dir, "/model.safetensors.index.json: tensor '", name,
-                       "' is not in ", file));
-    }
-  }
-  OCTET_RETURN_IF_ERROR(ckpt->Validate());
-  return ckpt;
+absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir) {
+  return LoadModelConfig(dir);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
+    const std::string& dir, const ModelConfig& config) {
+  return LoadTokenizerFor(dir, config);
 }
 
 absl::Status Checkpoint::Validate() const {
@@ -165,20 +80,20 @@ absl::Status Checkpoint::Validate() const {
           want.linear ? " but config.json has no fp8 quantization_config"
                       : ", which only FP8 projection weights may have"));
     }
-    const std::string stem =
-        want.name.substr(0, want.name.size() - 7);  // ".weight"
     std::vector<std::pair<std::string, std::vector<float>>> scales;
+    const std::string weight_scale = WeightScaleName(want.name);
     if (config_.fp8->weight_per_channel) {
       OCTET_ASSIGN_OR_RETURN(std::vector<float> rows,
-                             GetRowScales(want.name + "_scale", t.shape[0]));
-      scales.emplace_back(want.name + "_scale", std::move(rows));
+                             GetRowScales(weight_scale, t.shape[0]));
+      scales.emplace_back(weight_scale, std::move(rows));
     } else {
-      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(want.name + "_scale"));
-      scales.push_back({want.name + "_scale", {v}});
+      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(weight_scale));
+      scales.push_back({weight_scale, {v}});
     }
     if (config_.fp8->static_activations) {
-      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(stem + ".input_scale"));
-      scales.push_back({stem + ".input_scale", {v}});
+      const std::string input_scale = InputScaleName(want.name);
+      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(input_scale));
+      scales.push_back({input_scale, {v}});
     }
     for (const auto& [name, values] : scales) {
       for (float v : values) {
@@ -192,51 +107,6 @@ absl::Status Checkpoint::Validate() const {
   }
   return absl::OkStatus();
 }
-
-absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
-  auto it = index_.find(name);
-  if (it == index_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat(dir_, ": checkpoint has no tensor '", name, "'"));
-  }
-  const SafetensorsFile& f = *files_[it->second.first];
-  const SafetensorsEntry& e = *it->second.second;
-  return TensorView{e.name, f.path(), e.dtype, e.shape, f.Data(e)};
-}
-
-void Checkpoint::ReleasePages(absl::string_view name) const {
-  auto it = index_.find(name);
-  if (it != index_.end())
-    files_[it->second.first]->ReleasePages(*it->second.second);
-}
-
-bool Checkpoint::Has(absl::string_view name) const {
-  return index_.contains(name);
-}
-
-std::vector<std::string> Checkpoint::TensorNames() const {
-  std::vector<std::string> names;
-  for (const auto& [name, unused] : index_) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-namespace {
-
-// Element i of a float tensor (F32, BF16 or F16) as a float.
-float FloatAt(const TensorView& t, int64_t i) {
-  if (t.dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, t.bytes.data() + 4 * i, sizeof(v));
-    return v;
-  }
-  uint16_t bits;
-  std::memcpy(&bits, t.bytes.data() + 2 * i, sizeof(bits));
-  return t.dtype == DType::kBf16 ? Bf16ToFloat(Bf16{bits})
-                                 : F16ToFloat(F16{bits});
-}
-
-}  // namespace
 
 // (compressed-tensors writes scales in the model's dtype.)
 absl::StatusOr<float> Checkpoint::GetScalar(absl::string_view name) const {

@@ -1,11 +1,18 @@
-// A Hugging Face checkpoint directory: config.json, the safetensors files
-// (one model.safetensors, or shards listed by model.safetensors.index.json),
-// and optionally tokenizer.model.
+// What a checkpoint is to octet, whatever its format: a model config, a
+// tokenizer (or none), and tensors by canonical name (model/tensor_names.h)
+// with their dtype, shape and bytes.
 //
-// Tensors stay memory-mapped: Get() returns a view of the mapped bytes, so a
-// loader reads only what it uses (a tensor-parallel rank, its slice) and
-// quantizes from the mapping without a full copy. Immutable after Open;
-// thread-safe.
+// Checkpoint is the interface; each format is one implementation behind
+// Checkpoint::Open, which picks it from the files in the directory. Today:
+// Hugging Face safetensors (model/safetensors_checkpoint.h). A second format
+// (GGUF) is a second implementation mapping its names to the canonical ones;
+// nothing above model/ changes. Formats that store an encoding octet does
+// not read (GGUF's block quantizations) decode a tensor into memory the
+// checkpoint holds from Get until ReleasePages(name).
+//
+// Format-neutral checks live here: Validate (every tensor ExpectedTensors
+// names, with its shape, a usable dtype and, for FP8, its scales) and the
+// scale readers. Immutable after Open; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -13,42 +20,32 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/dtype.h"
 #include "model/model_config.h"
-#include "model/safetensors.h"
+#include "model/tensor_names.h"
+#include "model/tokenizer.h"
 
 namespace octet {
 
-// One tensor of a checkpoint, as stored (dtype, shape, mapped bytes).
+// One tensor of a checkpoint, as stored (dtype, shape, bytes).
 struct TensorView {
   std::string name;
-  std::string file;  // the safetensors file it lives in
+  std::string file;  // where it is stored, for messages
   DType dtype;
   std::vector<int64_t> shape;
-  absl::Span<const uint8_t> bytes;
+  absl::Span<const uint8_t> bytes;  // valid until ReleasePages(name)
 
   int64_t num_elements() const;
 };
 
-// The tensors a Llama-family model of `config` needs, with their shapes, in
-// load order. Linear weights of an FP8 checkpoint come with a scalar
-// "<name>_scale" (F32) and, for static activations, "<input>_scale"; see
-// Checkpoint::Validate.
-struct ExpectedTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  bool linear;  // a projection (q/k/v/o, gate/up/down): FP8-quantizable
-};
-std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
-
 class Checkpoint {
  public:
-  // Opens DIR: parses config.json, maps every safetensors file, validates
-  // every header and checks that every tensor the config needs is present
-  // with the right shape and a usable dtype.
+  virtual ~Checkpoint() = default;
+
+  // Opens DIR in its format, checks it (Validate) and returns it.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& dir);
 
@@ -56,13 +53,15 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
 
   // The tensor called `name`; NotFound naming the tensor and the directory.
-  absl::StatusOr<TensorView> Get(absl::string_view name) const;
-  bool Has(absl::string_view name) const;
-  std::vector<std::string> TensorNames() const;  // sorted
+  virtual absl::StatusOr<TensorView> Get(absl::string_view name) const = 0;
+  virtual bool Has(absl::string_view name) const = 0;
+  virtual std::vector<std::string> TensorNames() const = 0;  // sorted
 
-  // Done with `name` for now: its mapped pages may leave memory (see
-  // SafetensorsFile::ReleasePages). No-op for unknown names.
-  void ReleasePages(absl::string_view name) const;
+  // Done with `name` for now: its pages may leave memory (a mapped file's,
+  // see SafetensorsFile::ReleasePages; a decoded copy is freed). Views of it
+  // taken before stay readable only for mapped formats. No-op for unknown
+  // names.
+  virtual void ReleasePages(absl::string_view name) const = 0;
 
   // Reads a scalar F32, BF16 or F16 tensor (shape [] or [1]) as a float,
   // e.g. an FP8 weight_scale.
@@ -72,16 +71,24 @@ class Checkpoint {
   absl::StatusOr<std::vector<float>> GetRowScales(absl::string_view name,
                                                   int64_t rows) const;
 
- private:
-  Checkpoint() = default;
+ protected:
+  Checkpoint(std::string dir, ModelConfig config)
+      : dir_(std::move(dir)), config_(std::move(config)) {}
+  // Every tensor the config needs is present with the right shape and a
+  // usable dtype; FP8 codes only in projections of an FP8 config, with
+  // finite positive scales. Each format's Open ends with it.
   absl::Status Validate() const;
 
+ private:
   std::string dir_;
   ModelConfig config_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  // name -> (file index, entry)
-  absl::flat_hash_map<std::string, std::pair<size_t, const SafetensorsEntry*>>
-      index_;
 };
+
+// What serving needs without the weights, from the checkpoint in `dir` in
+// whichever format it is: its config, and its tokenizer (null when it has
+// none; see LoadTokenizerFor).
+absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir);
+absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
+    const std::string& dir, const ModelConfig& config);
 
 }  // namespace octet

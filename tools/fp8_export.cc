@@ -124,7 +124,7 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
             ? std::vector<int64_t>{}
         : per_row ? std::vector<int64_t>{view.shape[0], 1}
                   : std::vector<int64_t>{1};
-    sources.push_back({{e.name + "_scale", DType::kF32, shape},
+    sources.push_back({{WeightScaleName(e.name), DType::kF32, shape},
                        [scale](SafetensorsWriter& w) {
                          return w.Write(
                              {reinterpret_cast<const uint8_t*>(scale->data()),

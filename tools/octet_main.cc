@@ -535,7 +535,7 @@ absl::StatusOr<LoadedModel> LoadForGenerate(GenerateFlags* flags) {
   }
   LoadedModel m;
   OCTET_ASSIGN_OR_RETURN(m.tokenizer,
-                         LoadTokenizerFor(flags->dir, ckpt->config()));
+                         ReadCheckpointTokenizer(flags->dir, ckpt->config()));
   GenerationRequest& request = flags->request;
   OCTET_RETURN_IF_ERROR(CompleteRequest(
       flags->dir, flags->prompt, ckpt->config(), m.tokenizer.get(), &request));

@@ -2,8 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/backend.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/backend.h"
 
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/backend.h"
@@ -11,14 +11,6 @@
 #endif
 
 namespace octet {
-
-absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name) {
-  if (name == "auto") return DeviceChoice::kAuto;
-  if (name == "cpu") return DeviceChoice::kCpu;
-  if (name == "cuda") return DeviceChoice::kCuda;
-  return absl::InvalidArgumentError(
-      absl::StrCat("device '", name, "' is not auto, cpu or cuda"));
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(DeviceChoice device,
                                                     const CpuKernelOptions& cpu,

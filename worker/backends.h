@@ -7,16 +7,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/device_choice.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/options.h"
 
 namespace octet {
-
-enum class DeviceChoice { kAuto, kCpu, kCuda };
-
-// The device a flag names: "auto", "cpu" or "cuda"; InvalidArgument naming
-// it otherwise.
-absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name);
 
 // InvalidArgument for a negative GPU index; Unavailable when CUDA is asked
 // for and there is no CUDA build or no usable GPU.

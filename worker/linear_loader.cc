@@ -225,7 +225,7 @@ absl::StatusOr<float> FusedScale(const Checkpoint& ckpt,
   for (size_t i = 0; i < views.size(); ++i) {
     if (views[i].dtype == DType::kE4m3) {
       OCTET_ASSIGN_OR_RETURN(part_scales[i],
-                             ckpt.GetScalar(parts[i] + "_scale"));
+                             ckpt.GetScalar(WeightScaleName(parts[i])));
       scale = std::max(scale, part_scales[i]);
     } else {
       OCTET_ASSIGN_OR_RETURN(const float m, TensorAbsMax(views[i], policy.cpu));
@@ -289,10 +289,8 @@ absl::StatusOr<float> FusedInputScale(const Checkpoint& ckpt,
   float input_scale = 0.0f;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (views[i].dtype != DType::kE4m3) continue;
-    const std::string& name = parts[i];
-    const std::string stem = name.substr(0, name.size() - 7);  // ".weight"
     OCTET_ASSIGN_OR_RETURN(const float v,
-                           ckpt.GetScalar(stem + ".input_scale"));
+                           ckpt.GetScalar(InputScaleName(parts[i])));
     input_scale = std::max(input_scale, v);
   }
   return input_scale;
@@ -319,7 +317,7 @@ absl::Status LoadFp8PerChannel(const Checkpoint& ckpt,
       OCTET_ASSIGN_OR_RETURN(const TensorView whole, ckpt.Get(parts[i]));
       OCTET_ASSIGN_OR_RETURN(
           const std::vector<float> part,
-          ckpt.GetRowScales(parts[i] + "_scale", whole.shape[0]));
+          ckpt.GetRowScales(WeightScaleName(parts[i]), whole.shape[0]));
       const int64_t first = slice.rows.empty() ? 0 : slice.rows[i].first;
       std::copy_n(part.begin() + first, t.shape[0], scales.begin() + row);
       std::memcpy(codes.data() + row * w.in, t.bytes.data(), t.bytes.size());

@@ -55,9 +55,10 @@ struct ModelOptions {
   // whole weight (all-reduced absmax, as TP=1 would) instead of its own.
   bool global_weight_scale = false;
   // Decode graphs: a forward whose steps are all single tokens, with at most
-  // this many sequences and one rank, runs as work the backend captured
-  // (CUDA graphs) when the backend can capture; 0: never. See
-  // DecodeGraphBucket.
+  // this many sequences, runs as work the backend captured (CUDA graphs)
+  // when the backend can capture and, with several ranks, the communicator's
+  // collectives are stream work (Communicator::capturable: NCCL); 0: never.
+  // See DecodeGraphBucket.
   int64_t graph_max_batch = 64;
   // FP8 inputs made by RMSNorm (qkv, gate_up) and SiLU·up (down_proj) are
   // quantized where they are made, never written in the activation dtype
@@ -148,8 +149,9 @@ class LlamaModel {
   void set_sync_activation_absmax(bool on) { sync_absmax_ = on; }
 
   // A layer's projection as this rank holds it (for inspection: tests,
-  // tools). `which`: 0 qkv, 1 o, 2 gate_up, 3 down.
-  const LinearWeight& projection(int64_t layer, int which) const;
+  // tools).
+  enum class Projection { kQkv, kO, kGateUp, kDown };
+  const LinearWeight& projection(int64_t layer, Projection which) const;
 
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
@@ -195,8 +197,21 @@ class LlamaModel {
     DeviceBuffer row_ids;
     int64_t scale_rows = 0;
   };
-  // A forward's host-side metadata, validated (llama_model.cc).
-  struct HostBatch;
+  // A forward's host-side metadata, validated and laid out for upload
+  // (worker/forward_batch.cc).
+  struct HostBatch {
+    // Per new token: its id, position, cache slot and sequence.
+    std::vector<int32_t> ids, positions, slots, token_seq;
+    std::vector<int32_t> last_rows;  // per sequence: the row of its last token
+    std::vector<int32_t> tables;     // [sequences][max_blocks] block ids
+    int64_t max_blocks = 1;
+    // For backends that tile queries, in a batch with a prompt chunk:
+    // QueryTiles of the sequences' runs (kernels/backend.h); else empty.
+    std::vector<int32_t> query_tiles;
+
+    int64_t num_tokens() const { return static_cast<int64_t>(ids.size()); }
+    int64_t num_seqs() const { return static_cast<int64_t>(last_rows.size()); }
+  };
   // A decode batch size's captured forward.
   struct DecodeGraph {
     int64_t runs = 0;  // decodes of this bucket so far
@@ -338,9 +353,5 @@ class LlamaModel {
   uint64_t graph_cache_id_ = 0;  // the KvCache they were captured on
   GraphStats graph_stats_;
 };
-
-// RoPE inverse frequencies for `config`, with Llama 3 scaling applied:
-// inv_freq[i] = theta^(-2i / head_dim), computed in double, rounded once.
-std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
 
 }  // namespace octet

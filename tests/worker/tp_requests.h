@@ -35,7 +35,8 @@ inline absl::Status RunTpRequests(
   if (!model.ok()) return model.status();
   if (options.method == LinearMethod::kFp8) {
     for (int64_t l = 0; l < ckpt.config().num_layers; ++l) {
-      for (int which = 0; which < 4; ++which) {
+      using P = LlamaModel::Projection;
+      for (P which : {P::kQkv, P::kO, P::kGateUp, P::kDown}) {
         const LinearWeight& w = (*model)->projection(l, which);
         const size_t at = out->weight_codes.size();
         out->weight_codes.resize(at + w.data.bytes());

@@ -1,0 +1,334 @@
+// LlamaModel's weights: loading a checkpoint into this rank's slices
+// (column-parallel rows of q/k/v and gate/up, row-parallel input columns of
+// o and down, vocabulary rows of the tables), the row-parallel K blocks, and
+// the check that every rank's FP8 o/down weights share a scale. Tensor names
+// come from model/tensor_names.h; reading and quantizing one weight is
+// worker/linear_loader.h's job.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "model/rope.h"
+#include "model/tensor_names.h"
+#include "worker/llama_model.h"
+
+namespace octet {
+namespace {
+
+// The most K blocks of a row-parallel layer: the largest TP degree whose
+// results equal TP = 1's. Fixed, so that TP = 1 cuts K the same way.
+constexpr int64_t kMaxRowParallelBlocks = 8;
+
+// The K blocks of a row-parallel layer, the same at every TP degree: the
+// largest power of two up to kMaxRowParallelBlocks that divides K. A TP
+// degree that does not divide them gets no block sums (Load), and its sums
+// then depend on the TP degree.
+int64_t GlobalBlocks(int64_t k) {
+  int64_t blocks = kMaxRowParallelBlocks;
+  while (k % blocks != 0) blocks /= 2;
+  return blocks;
+}
+
+// This rank's slices of one layer's projections (all of them for one rank).
+struct LayerSlices {
+  WeightSlice qkv, o, gate_up, down;
+};
+
+// The rows (column-parallel) or input columns (row-parallel) of each
+// projection that rank `sp` holds.
+LayerSlices SliceLayer(const ModelConfig& c, const ShardPlan& sp) {
+  const int64_t hd = c.head_dim;
+  const std::pair<int64_t, int64_t> q_rows{sp.head_begin * hd,
+                                           (sp.head_begin + sp.heads) * hd};
+  const std::pair<int64_t, int64_t> kv_rows{
+      sp.kv_head_begin * hd, (sp.kv_head_begin + sp.kv_heads) * hd};
+  const std::pair<int64_t, int64_t> mlp_rows{
+      sp.intermediate_begin, sp.intermediate_begin + sp.intermediate};
+  return LayerSlices{
+      .qkv = {{q_rows, kv_rows, kv_rows}},
+      .o = {{}, q_rows.first, q_rows.second},
+      .gate_up = {{mlp_rows, mlp_rows}},
+      .down = {{}, mlp_rows.first, mlp_rows.second},
+  };
+}
+
+// Runs `collective` on `n` host floats through a buffer of `backend`'s
+// memory (the communicator's), and copies the result back.
+template <typename F>
+absl::Status OnDevice(Backend& backend, float* host, int64_t n, F collective) {
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer d, backend.Allocate(n * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(
+      backend.CopyToDevice(d.data(), host, n * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(collective(d.as<float>()));
+  return backend.CopyToHost(host, d.data(), n * sizeof(float));
+}
+
+// Whether an FP8 checkpoint lists the parts of one fused projection
+// (q/k/v, gate/up, or one part) in its ignore list, stored as floats: all of
+// them, or none; some (they run as one GEMM), or an ignored part stored in
+// e4m3, is an InvalidArgument naming it.
+absl::StatusOr<bool> LeftUnquantized(const Checkpoint& ckpt,
+                                     const std::vector<std::string>& parts) {
+  const ModelConfig& c = ckpt.config();
+  if (!c.fp8) return false;
+  size_t ignored = 0;
+  for (const std::string& part : parts) {
+    const absl::string_view module =
+        absl::string_view(part).substr(0, part.size() - sizeof(".weight") + 1);
+    if (!IsIgnoredLayer(*c.fp8, module)) continue;
+    ++ignored;
+    OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(part));
+    if (t.dtype == DType::kE4m3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": '", module,
+                       "' is in quantization_config's ignore list but is "
+                       "stored in F8_E4M3"));
+    }
+  }
+  if (ignored != 0 && ignored != parts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ckpt.dir(), ": quantization_config ignores some but not all of ",
+        absl::StrJoin(parts, ", "),
+        ", which octet runs as one GEMM: ignore all of them or none"));
+  }
+  return ignored != 0;
+}
+
+// How Load turns checkpoint weights into weights for `backend`, on a group
+// of `tp_size` ranks.
+WeightPolicy MakeWeightPolicy(const ModelOptions& options, Backend& backend,
+                              int tp_size) {
+  WeightPolicy policy;
+  policy.method = options.method;
+  policy.bf16_only = backend.kind() != DeviceKind::kCpu;
+  policy.cpu = options.cpu;
+  if (options.global_weight_scale && tp_size > 1) {
+    Communicator* comm = options.comm;
+    Backend* b = &backend;
+    policy.reduce_absmax = [comm, b](float* absmax) {
+      return OnDevice(*b, absmax, 1, [&](float* d) {
+        OCTET_RETURN_IF_ERROR(comm->AllReduceMax(d, 1));
+        return comm->Await();
+      });
+    };
+  }
+  return policy;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
+    const Checkpoint& ckpt, Backend& backend, const ModelOptions& options) {
+  const ModelConfig& config = ckpt.config();
+  Communicator* comm = options.comm;
+  OCTET_ASSIGN_OR_RETURN(
+      const ShardPlan plan,
+      MakeShardPlan(config, comm != nullptr ? comm->rank() : 0,
+                    comm != nullptr ? comm->size() : 1));
+  std::unique_ptr<LlamaModel> m(new LlamaModel(backend, config, options, plan));
+  m->ChooseRowParallelBlocks();
+  const ModelConfig& c = m->config_;
+  if (c.head_dim > backend.max_head_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", c.head_dim, " is above ", backend.max_head_dim(),
+        ", the most ", backend.Describe(), " attention supports"));
+  }
+  const WeightPolicy policy = MakeWeightPolicy(options, backend, plan.size);
+  OCTET_RETURN_IF_ERROR(m->LoadTables(ckpt, policy));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    OCTET_ASSIGN_OR_RETURN(Layer layer, m->LoadLayer(ckpt, i, policy));
+    m->layers_.push_back(std::move(layer));
+    if (options.on_layer_loaded) options.on_layer_loaded(i + 1, c.num_layers);
+  }
+  OCTET_RETURN_IF_ERROR(m->CheckSharedWeightScales());
+  return m;
+}
+
+void LlamaModel::ChooseRowParallelBlocks() {
+  if (!backend_.has_block_sums()) return;
+  const ModelConfig& c = config_;
+  for (auto [blocks, k] : {std::pair{&o_blocks_, c.num_heads * c.head_dim},
+                           std::pair{&down_blocks_, c.intermediate_size}}) {
+    blocks->global = GlobalBlocks(k);
+    // A TP degree that does not divide the blocks: this rank's K as one
+    // block, summed in binary32 still, but as the TP degree cuts it.
+    blocks->local =
+        blocks->global % plan_.size == 0 ? blocks->global / plan_.size : 1;
+  }
+}
+
+absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
+                                    const WeightPolicy& policy) {
+  // Each rank holds its rows of the vocabulary (all of them for one rank).
+  const WeightSlice vocab_rows{
+      {{plan_.vocab_begin, plan_.vocab_begin + plan_.vocab}}};
+  OCTET_ASSIGN_OR_RETURN(
+      embedding_, LoadTable(ckpt, TensorName(ModelTensor::kEmbedding), policy,
+                            backend_, vocab_rows));
+  if (options_.quantize_lm_head) {
+    if (options_.method != LinearMethod::kFp8) {
+      return absl::InvalidArgumentError(
+          "an FP8 lm_head needs the fp8 quantization method");
+    }
+    if (backend_.kind() != DeviceKind::kCpu) {
+      // GemmE4m3 writes the activation dtype: binary32 logits on the CPU
+      // only.
+      return absl::UnimplementedError(absl::StrCat(
+          "an FP8 lm_head is built only for the CPU backend (binary32 "
+          "logits), not ",
+          backend_.Describe()));
+    }
+    // Tied embeddings keep their unquantized table for the lookups.
+    OCTET_ASSIGN_OR_RETURN(
+        lm_head_, LoadTableE4m3PerRow(ckpt,
+                                      TensorName(config_.tie_word_embeddings
+                                                     ? ModelTensor::kEmbedding
+                                                     : ModelTensor::kLmHead),
+                                      policy, backend_, vocab_rows));
+  } else if (config_.tie_word_embeddings) {
+    lm_head_.out = embedding_.out;
+    lm_head_.in = embedding_.in;
+    lm_head_.full_out = embedding_.full_out;
+    lm_head_.full_in = embedding_.full_in;
+    lm_head_.dtype = embedding_.dtype;
+    lm_head_.data = DeviceBuffer::View(embedding_.data.data(),
+                                 embedding_.data.bytes());  // a view
+  } else {
+    OCTET_ASSIGN_OR_RETURN(
+        lm_head_, LoadTable(ckpt, TensorName(ModelTensor::kLmHead), policy,
+                            backend_, vocab_rows));
+  }
+  OCTET_ASSIGN_OR_RETURN(
+      final_norm_,
+      LoadVectorF32(ckpt, TensorName(ModelTensor::kFinalNorm), backend_));
+
+  const std::vector<float> inv_freq = RopeInverseFrequencies(config_);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer f,
+                         backend_.Allocate(inv_freq.size() * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(f.data(), inv_freq.data(),
+                                              inv_freq.size() * sizeof(float)));
+  inv_freq_ = std::move(f);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
+    const Checkpoint& ckpt, int64_t index, const WeightPolicy& policy) {
+  auto name = [index](LayerTensor t) { return TensorName(index, t); };
+  using T = LayerTensor;
+  const LayerSlices slices = SliceLayer(config_, plan_);
+  Layer layer;
+  OCTET_ASSIGN_OR_RETURN(layer.input_norm,
+                         LoadVectorF32(ckpt, name(T::kInputNorm), backend_));
+  OCTET_ASSIGN_OR_RETURN(layer.post_norm,
+                         LoadVectorF32(ckpt, name(T::kPostNorm), backend_));
+  if (config_.qkv_bias) {  // sliced with the rows of q, k and v
+    OCTET_ASSIGN_OR_RETURN(
+        layer.qkv_bias,
+        LoadVectorF32(ckpt, {name(T::kQBias), name(T::kKBias), name(T::kVBias)},
+                      backend_, slices.qkv));
+  }
+  if (config_.qk_norm) {  // over head_dim: every rank's heads alike
+    OCTET_ASSIGN_OR_RETURN(layer.q_norm,
+                           LoadVectorF32(ckpt, name(T::kQNorm), backend_));
+    OCTET_ASSIGN_OR_RETURN(layer.k_norm,
+                           LoadVectorF32(ckpt, name(T::kKNorm), backend_));
+  }
+  struct Fused {
+    LinearWeight* dst;
+    std::vector<std::string> parts;
+    const WeightSlice& slice;
+  };
+  for (const Fused& fused :
+       {Fused{&layer.qkv, {name(T::kQ), name(T::kK), name(T::kV)}, slices.qkv},
+        Fused{&layer.o, {name(T::kO)}, slices.o},
+        Fused{&layer.gate_up, {name(T::kGate), name(T::kUp)}, slices.gate_up},
+        Fused{&layer.down, {name(T::kDown)}, slices.down}}) {
+    // Left unquantized by an FP8 checkpoint's writer: run as it is.
+    OCTET_ASSIGN_OR_RETURN(const bool as_stored,
+                           LeftUnquantized(ckpt, fused.parts));
+    WeightPolicy dense = policy;
+    dense.method = LinearMethod::kNone;
+    OCTET_ASSIGN_OR_RETURN(
+        *fused.dst, LoadLinear(ckpt, fused.parts, as_stored ? dense : policy,
+                               backend_, fused.slice));
+  }
+  return layer;
+}
+
+absl::Status LlamaModel::CheckSharedWeightScales() {
+  if (plan_.size == 1 || options_.method != LinearMethod::kFp8) {
+    return absl::OkStatus();
+  }
+  // [layer][o, down] scales of this rank, then of every rank.
+  std::vector<float> mine(2 * layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (int i = 0; i < 2; ++i) {
+      const LinearWeight& w = i == 0 ? layers_[l].o : layers_[l].down;
+      if (w.dtype != DType::kE4m3) continue;  // an unquantized layer
+      OCTET_RETURN_IF_ERROR(
+          backend_.CopyToHost(&mine[2 * l + i], w.scale.data(), sizeof(float)));
+    }
+  }
+  // The communicator works on the backend's memory: the scales go through
+  // it both ways.
+  std::vector<float> all(mine.size() * plan_.size);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer in,
+                         backend_.Allocate(mine.size() * sizeof(float)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer out,
+                         backend_.Allocate(all.size() * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(in.data(), mine.data(),
+                                              mine.size() * sizeof(float)));
+  OCTET_RETURN_IF_ERROR(
+      options_.comm->AllGather(in.as<float>(), mine.size(), out.as<float>()));
+  OCTET_RETURN_IF_ERROR(options_.comm->Await());
+  OCTET_RETURN_IF_ERROR(
+      backend_.CopyToHost(all.data(), out.data(), all.size() * sizeof(float)));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (int i = 0; i < 2; ++i) {
+      bool shared = true;
+      for (int r = 0; r < plan_.size; ++r) {
+        shared = shared && all[r * mine.size() + 2 * l + i] == mine[2 * l + i];
+      }
+      (i == 0 ? layers_[l].o_scale_shared : layers_[l].down_scale_shared) =
+          shared;
+    }
+  }
+  return absl::OkStatus();
+}
+
+const LinearWeight& LlamaModel::projection(int64_t layer,
+                                           Projection which) const {
+  const Layer& l = layers_.at(layer);
+  switch (which) {
+    case Projection::kQkv:
+      return l.qkv;
+    case Projection::kO:
+      return l.o;
+    case Projection::kGateUp:
+      return l.gate_up;
+    case Projection::kDown:
+      break;
+  }
+  return l.down;
+}
+
+uint64_t LlamaModel::WeightBytes() const {
+  uint64_t total = embedding_.data.bytes() + final_norm_.bytes();
+  if (!config_.tie_word_embeddings || lm_head_.dtype == DType::kE4m3) {
+    total += lm_head_.data.bytes() + lm_head_.scale.bytes();
+  }
+  for (const Layer& l : layers_) {
+    total += l.input_norm.bytes() + l.post_norm.bytes() + l.qkv_bias.bytes() +
+             l.q_norm.bytes() + l.k_norm.bytes();
+    for (const LinearWeight* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      total += w->data.bytes() + w->scale.bytes() + w->input_scale.bytes();
+    }
+  }
+  return total;
+}
+
+}  // namespace octet
