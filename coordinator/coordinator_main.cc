@@ -95,17 +95,21 @@ ABSL_FLAG(std::string, transport, "auto",
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768,
           "KV-cache capacity in tokens, over all sequences");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
-ABSL_FLAG(int64_t, max_batch_tokens, 2048, "token budget of one step");
+ABSL_FLAG(int64_t, max_tokens_per_step, 2048, "token budget of one step");
 ABSL_FLAG(int32_t, max_running, 64, "sequences in one step at most");
 ABSL_FLAG(int32_t, max_queue, 1024,
-          "waiting requests; more are refused with RESOURCE_EXHAUSTED");
+          "checked requests waiting for a step; more are refused with "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_checking, 1024,
+          "requests waiting to be checked and tokenized; more are refused "
+          "with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM, how long running and queued requests may take to "
           "finish before they are cancelled (new ones are refused at once)");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(5),
           "how long the workers may take for one step (at most "
-          "--max_batch_tokens tokens) before their group counts as stuck and "
+          "--max_tokens_per_step tokens) before their group counts as stuck and "
           "is replaced; its requests resume on the new one");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of the public API: with --tls_key, it "
@@ -237,16 +241,14 @@ absl::Status ParseChoices(CoordinatorOptions& o) {
   }
   o.global_weight_scale = weight_scale == "global";
   o.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "auto") {
-    o.device = rpc::DEVICE_AUTO;
-  } else if (device == "cpu") {
-    o.device = rpc::DEVICE_CPU;
-  } else if (device == "cuda") {
-    o.device = rpc::DEVICE_CUDA;
-  } else {
-    return Invalid("--device must be auto, cpu or cuda, not '" + device + "'");
+  const absl::StatusOr<DeviceChoice> device =
+      ParseDeviceChoice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    return Invalid(absl::StrCat("--device: ", device.status().message()));
   }
+  o.device = *device == DeviceChoice::kCpu    ? rpc::DEVICE_CPU
+             : *device == DeviceChoice::kCuda ? rpc::DEVICE_CUDA
+                                              : rpc::DEVICE_AUTO;
   const std::string transport = absl::GetFlag(FLAGS_transport);
   if (transport != "auto" && transport != "shm" && transport != "gloo" &&
       transport != "nccl") {
@@ -409,12 +411,13 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
     return Invalid("--max_start_failures must be >= 0");
   }
   o.threads = absl::GetFlag(FLAGS_threads);
-  if (absl::GetFlag(FLAGS_max_batch_tokens) < 1 ||
+  if (absl::GetFlag(FLAGS_max_tokens_per_step) < 1 ||
       absl::GetFlag(FLAGS_max_running) < 1 ||
-      absl::GetFlag(FLAGS_max_queue) < 1 || o.threads < 0) {
+      absl::GetFlag(FLAGS_max_queue) < 1 ||
+      absl::GetFlag(FLAGS_max_checking) < 1 || o.threads < 0) {
     return Invalid(
-        "--max_batch_tokens, --max_running and --max_queue must be >= 1, "
-        "--threads >= 0");
+        "--max_tokens_per_step, --max_running, --max_queue and "
+        "--max_checking must be >= 1, --threads >= 0");
   }
   if (o.threads == 0 && o.remote.empty()) {
     o.threads = std::max(
@@ -605,7 +608,7 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
   EngineOptions e;
   e.scheduler = {.num_blocks = o.kv_tokens / o.block_size,
                  .block_size = o.block_size,
-                 .max_tokens_per_step = absl::GetFlag(FLAGS_max_batch_tokens),
+                 .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
                  .max_running = absl::GetFlag(FLAGS_max_running),
                  .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;
@@ -777,10 +780,10 @@ int Main() {
   if (const Tokenizer* t = model->tokenizer.get(); t != nullptr) {
     encode = [t](const std::string& text) { return t->Encode(text, true); };
   }
-  // Two threads check and tokenize requests; as many may wait as queue.
+  // Two threads check and tokenize requests, --max_checking waiting.
   GenerationService service(
       **engine, limits, encode, InfoOf(o, model->config, limits), &metrics,
-      /*check_threads=*/2, absl::GetFlag(FLAGS_max_queue));
+      /*check_threads=*/2, absl::GetFlag(FLAGS_max_checking));
   if (absl::Status s = Serve(service, **engine, o, *health); !s.ok()) {
     return Usage(std::string(s.message()));
   }

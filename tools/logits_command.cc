@@ -165,7 +165,9 @@ absl::Status CheckLogitsCommand(const LogitsCommand& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantization: '", c.quantization, "' is not auto, none or fp8"));
   }
-  OCTET_RETURN_IF_ERROR(ParseDeviceChoice(c.device).status());
+  if (absl::Status s = ParseDeviceChoice(c.device).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", s.message()));
+  }
   if (c.threads < 0 || c.threads > 1024) {
     return absl::InvalidArgumentError("--threads: must be in [0, 1024]");
   }

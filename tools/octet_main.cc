@@ -457,9 +457,8 @@ absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
   }
   f.options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   f.device = absl::GetFlag(FLAGS_device);
-  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: '", f.device, "' is not auto, cpu or cuda"));
+  if (absl::Status s = ParseDeviceChoice(f.device).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", s.message()));
   }
   OCTET_ASSIGN_OR_RETURN(f.options.cpu, CpuOptions());
   GenerationRequest& request = f.request;

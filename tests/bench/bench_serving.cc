@@ -119,7 +119,7 @@ bool StartServer(Server& s) {
       absl::StrCat("--threads=", threads),
       absl::StrCat("--kv_cache_tokens=",
                    std::max<int64_t>(16384, context * 16)),
-      absl::StrCat("--max_batch_tokens=", std::max<int64_t>(2048, context))});
+      absl::StrCat("--max_tokens_per_step=", std::max<int64_t>(2048, context))});
   s.stub = v1::Generation::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   const absl::Time deadline = absl::Now() + absl::Minutes(10);
