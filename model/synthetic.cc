@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
-#include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
@@ -299,47 +299,10 @@ std::vector<std::pair<std::string, std::string>> LearnMerges(
   return merges;
 }
 
-}  // namespace
+using Json = nlohmann::ordered_json;
 
-absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
-    int64_t vocab_size) {
-  constexpr int64_t kBytes = 256, kSpecials = 3;
-  if (vocab_size < kBytes + kSpecials + 16 || vocab_size > (int64_t{1} << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a synthetic tokenizer needs a vocabulary of ", kBytes + kSpecials + 16,
-        " to 2^20 ids, got ", vocab_size));
-  }
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  int64_t next = 0;
-  for (int b = 0; b < 256; ++b) {
-    vocab[ToByteLevelChars(std::string(1, static_cast<char>(b)))] = next++;
-  }
-  const int64_t base = vocab_size - kSpecials;  // ids below: the vocabulary
-  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
-  for (const auto& [left, right] :
-       LearnMerges(TrainingWords(), std::min(kLearnedPieces, base - kBytes))) {
-    merges.push_back(nlohmann::ordered_json::array({left, right}));
-    if (!vocab.contains(left + right)) vocab[left + right] = next++;
-  }
-  for (int64_t i = 0; next < base; ++i) {  // fillers no merge makes
-    const std::string filler = absl::StrCat("<extra_", i, ">");
-    if (!vocab.contains(filler)) vocab[filler] = next++;
-  }
-  SyntheticTokenizerJson out;
-  out.bos_id = base;
-  out.eos_ids = {base + 1, base + 2};
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  for (const char* special :
-       {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}) {
-    added.push_back({{"id", next++},
-                     {"content", special},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  using Json = nlohmann::ordered_json;
+// Llama 3's pre-tokenizer: its split regex, then bytes as characters.
+Json PreTokenizerJson() {
   Json split = {{"type", "Split"},
                 {"pattern", {{"Regex", std::string(kLlama3SplitPattern)}}},
                 {"behavior", "Isolated"},
@@ -348,8 +311,14 @@ absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
                      {"add_prefix_space", false},
                      {"trim_offsets", true},
                      {"use_regex", false}};
+  return {{"type", "Sequence"},
+          {"pretokenizers", Json::array({split, byte_level})}};
+}
+
+// A template that puts <|begin_of_text|> (id `bos_id`) before each text.
+Json PostProcessorJson(int64_t bos_id) {
   Json bos_special = {{"id", "<|begin_of_text|>"},
-                      {"ids", Json::array({out.bos_id})},
+                      {"ids", Json::array({bos_id})},
                       {"tokens", Json::array({"<|begin_of_text|>"})}};
   Json post = {{"type", "TemplateProcessing"}};
   const auto bos = [](int type) {
@@ -363,13 +332,60 @@ absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
   post["pair"] =
       Json::array({bos(0), sequence("A", 0), bos(1), sequence("B", 1)});
   post["special_tokens"] = {{"<|begin_of_text|>", bos_special}};
+  return post;
+}
+
+// The three special tokens, ids from `first_id` on.
+Json AddedTokensJson(int64_t first_id) {
+  Json added = Json::array();
+  for (const char* special :
+       {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}) {
+    added.push_back({{"id", first_id++},
+                     {"content", special},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  return added;
+}
+
+}  // namespace
+
+absl::StatusOr<SyntheticTokenizerJson> TrainSyntheticTokenizerJson(
+    int64_t vocab_size) {
+  constexpr int64_t kBytes = 256, kSpecials = 3;
+  if (vocab_size < kBytes + kSpecials + 16 || vocab_size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a synthetic tokenizer needs a vocabulary of ", kBytes + kSpecials + 16,
+        " to 2^20 ids, got ", vocab_size));
+  }
+  Json vocab = Json::object();
+  int64_t next = 0;
+  for (int b = 0; b < 256; ++b) {
+    vocab[ToByteLevelChars(std::string(1, static_cast<char>(b)))] = next++;
+  }
+  const int64_t base = vocab_size - kSpecials;  // ids below: the vocabulary
+  Json merges = Json::array();
+  for (const auto& [left, right] :
+       LearnMerges(TrainingWords(), std::min(kLearnedPieces, base - kBytes))) {
+    merges.push_back(Json::array({left, right}));
+    if (!vocab.contains(left + right)) vocab[left + right] = next++;
+  }
+  for (int64_t i = 0; next < base; ++i) {  // fillers no merge makes
+    const std::string filler = absl::StrCat("<extra_", i, ">");
+    if (!vocab.contains(filler)) vocab[filler] = next++;
+  }
+  SyntheticTokenizerJson out;
+  out.bos_id = base;
+  out.eos_ids = {base + 1, base + 2};
   Json j;
   j["version"] = "1.0";
-  j["added_tokens"] = added;
+  j["added_tokens"] = AddedTokensJson(base);
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers", Json::array({split, byte_level})}};
-  j["post_processor"] = post;
+  j["pre_tokenizer"] = PreTokenizerJson();
+  j["post_processor"] = PostProcessorJson(out.bos_id);
   // Every field `tokenizers` itself writes, which it needs to read it.
   j["decoder"] = {{"type", "ByteLevel"},
                   {"add_prefix_space", true},

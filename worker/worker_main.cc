@@ -131,6 +131,85 @@ absl::Status ReadTlsFlags(const std::string& listen, octet::TlsConfig& tls) {
   return absl::OkStatus();
 }
 
+// Started by a coordinator on this machine (--parent_pid): end with it,
+// rather than linger holding the model's memory if it dies. The signal is
+// armed first, then the parent compared: one that died before could not
+// send it. (Not getppid() == 1: in a container the coordinator is PID 1.)
+absl::Status EndWithParent(int parent) {
+  if (parent <= 0) return absl::OkStatus();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator that started this (pid ", parent, ") is gone"));
+  }
+  return absl::OkStatus();
+}
+
+// The service's options from the flags: the group's token (required on
+// TCP), TLS, and the host its peers reach its collectives at.
+absl::StatusOr<octet::WorkerServiceOptions> ServiceOptions(
+    const std::string& listen) {
+  octet::WorkerServiceOptions options;
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = octet::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token_file ", token.status().message()));
+    }
+    options.token = *std::move(token);
+  } else if (!absl::StartsWith(listen, "unix:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a TCP address (--listen ", listen,
+                     ") needs --token_file: the group's shared token"));
+  }
+  if (absl::Status s = ReadTlsFlags(listen, options.tls); !s.ok()) return s;
+  if (!absl::StartsWith(listen, "unix:") && options.tls.ca.empty()) {
+    std::fprintf(stderr,
+                 "worker: no TLS (--tls_cert, --tls_key, --tls_ca): the "
+                 "group's token crosses the network in clear text\n");
+  }
+  options.collective_host = absl::GetFlag(FLAGS_host).empty()
+                                ? CollectiveHost(listen)
+                                : absl::GetFlag(FLAGS_host);
+  return options;
+}
+
+// Waits for SIGTERM/SIGINT or the group's end; returns the exit code (1
+// when the group failed or was replaced).
+int WaitForStop() {
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (stop_signal == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (stop_signal == -1) {
+    std::fprintf(stderr, "worker: its group failed or was replaced; exiting\n");
+    return 1;
+  }
+  std::fprintf(stderr, "worker: signal %d, shutting down\n",
+               static_cast<int>(stop_signal));
+  return 0;
+}
+
+// gRPC's Shutdown cancels the calls still running after its deadline but
+// then waits for their handlers, and one may be blocked for a collective
+// timeout (a Load waiting for a peer that will never join, a Step whose
+// peer died). This process is ending and its supervisor is waiting to
+// start a fresh one, so past a grace period it ends without them.
+void ShutDown(grpc::Server& server, int code) {
+  std::thread([code] {
+    std::this_thread::sleep_for(kShutdownGrace + std::chrono::seconds(2));
+    std::fprintf(stderr,
+                 "worker: a call was still running %lld s after shutdown "
+                 "began; exiting without it\n",
+                 static_cast<long long>(kShutdownGrace.count() + 2));
+    std::fflush(stderr);
+    std::_Exit(code);
+  }).detach();
+  server.Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,59 +220,32 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty())
     return Fail("--listen is required (unix:PATH or HOST:PORT)");
-  if (const int parent = absl::GetFlag(FLAGS_parent_pid); parent > 0) {
-    // Started by a coordinator on this machine: end with it, rather than
-    // linger holding the model's memory if it dies. The signal is armed
-    // first, then the parent compared: one that died before could not send
-    // it. (Not getppid() == 1: in a container the coordinator is PID 1.)
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) {
-      return Fail(absl::StrCat("the coordinator that started this (pid ",
-                               parent, ") is gone"));
-    }
-  }
-  octet::WorkerServiceOptions options;
-  const std::string token_file = absl::GetFlag(FLAGS_token_file);
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> token = octet::ReadTokenFile(token_file);
-    if (!token.ok())
-      return Fail("--token_file " + std::string(token.status().message()));
-    options.token = *std::move(token);
-  } else if (!absl::StartsWith(listen, "unix:")) {
-    return Fail("a TCP address (--listen " + listen +
-                ") needs --token_file: the group's shared token");
-  }
-  if (absl::Status s = ReadTlsFlags(listen, options.tls); !s.ok()) {
+  if (absl::Status s = EndWithParent(absl::GetFlag(FLAGS_parent_pid));
+      !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  absl::StatusOr<octet::WorkerServiceOptions> options = ServiceOptions(listen);
+  if (!options.ok()) return Fail(std::string(options.status().message()));
   const int health_port = absl::GetFlag(FLAGS_health_port);
   if (health_port < 0 || health_port > 65535) {
     return Fail(absl::StrCat("--health_port ", health_port, " is not a port"));
   }
-  if (!absl::StartsWith(listen, "unix:") && options.tls.ca.empty()) {
-    std::fprintf(stderr,
-                 "worker: no TLS (--tls_cert, --tls_key, --tls_ca): the "
-                 "group's token crosses the network in clear text\n");
-  }
   // A broken or replaced group ends this process (exit code 1) once the
   // answer saying so is on its way.
-  options.on_group_failed = [] { stop_signal = -1; };
-  options.collective_host = absl::GetFlag(FLAGS_host).empty()
-                                ? CollectiveHost(listen)
-                                : absl::GetFlag(FLAGS_host);
-  octet::WorkerService service(options);
+  options->on_group_failed = [] { stop_signal = -1; };
+  octet::WorkerService service(*options);
   // grpc.health.v1 (no token needed): SERVING while this process listens,
   // for a supervisor's probes; whether a model is loaded is the
   // coordinator's Health call.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, octet::TlsServerCredentials(options.tls));
+  builder.AddListeningPort(listen, octet::TlsServerCredentials(options->tls));
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return Fail("cannot listen on " + listen);
   std::fprintf(stderr, "worker: listening on %s%s\n", listen.c_str(),
-               options.tls.ca.empty() ? "" : " (mutual TLS)");
+               options->tls.ca.empty() ? "" : " (mutual TLS)");
   std::unique_ptr<octet::HealthOnlyServer> health;
   if (health_port != 0) {
     absl::StatusOr<std::unique_ptr<octet::HealthOnlyServer>> h =
@@ -201,33 +253,8 @@ int main(int argc, char** argv) {
     if (!h.ok()) return Fail(std::string(h.status().message()));
     health = *std::move(h);
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  while (stop_signal == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (stop_signal == -1) {
-    std::fprintf(stderr, "worker: its group failed or was replaced; exiting\n");
-  } else {
-    std::fprintf(stderr, "worker: signal %d, shutting down\n",
-                 static_cast<int>(stop_signal));
-  }
-  const int code = stop_signal == -1 ? 1 : 0;
-  // gRPC's Shutdown cancels the calls still running after its deadline but
-  // then waits for their handlers, and one may be blocked for a collective
-  // timeout (a Load waiting for a peer that will never join, a Step whose
-  // peer died). This process is ending and its supervisor is waiting to
-  // start a fresh one, so past a grace period it ends without them.
-  std::thread([code] {
-    std::this_thread::sleep_for(kShutdownGrace + std::chrono::seconds(2));
-    std::fprintf(stderr,
-                 "worker: a call was still running %lld s after shutdown "
-                 "began; exiting without it\n",
-                 static_cast<long long>(kShutdownGrace.count() + 2));
-    std::fflush(stderr);
-    std::_Exit(code);
-  }).detach();
-  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  const int code = WaitForStop();
+  ShutDown(*server, code);
   health.reset();
   return code;
 }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -115,120 +116,85 @@ grpc::Status WorkerService::Authorize(
   return CheckBearerToken(options_.token, context);
 }
 
+namespace {
+
+// A Load its caller gave up on (the coordinator cancels every rank's when
+// one fails) leaves this worker joining a group that will never serve: it
+// ends at once (`on_abandoned`, the worker's exit), so that its supervisor
+// starts a fresh one for the next attempt, instead of waiting out the
+// group's timeout while the next attempt finds it taken. Watches from
+// construction to destruction.
+class AbandonedLoadWatch {
+ public:
+  AbandonedLoadWatch(grpc::ServerContext* context,
+                     std::function<void()> on_abandoned)
+      : thread_([this, context, on_abandoned = std::move(on_abandoned)] {
+          while (!ended_.load()) {
+            if (context->IsCancelled()) {
+              if (on_abandoned) on_abandoned();
+              return;
+            }
+            absl::SleepFor(absl::Milliseconds(50));
+          }
+        }) {}
+  ~AbandonedLoadWatch() {
+    ended_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> ended_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+grpc::Status WorkerService::ClaimLoad(const rpc::LoadRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (loaded_ != nullptr || loading_) {
+    if (request.group() == group_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "load: this worker has loaded (or is loading) "
+                          "this group's model already");
+    }
+    // A new group (a restarted coordinator, or a replacement after
+    // another rank failed): this process cannot leave its old group's
+    // collectives cleanly, so it ends and its supervisor starts a fresh
+    // one, which the coordinator's next attempt loads.
+    if (options_.on_group_failed) options_.on_group_failed();
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("load: this worker belongs to group '", group_,
+                     "'; it exits so that a fresh one can join '",
+                     request.group(), "'"));
+  }
+  loading_ = true;
+  group_ = request.group();
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::Load(
     grpc::ServerContext* context, const rpc::LoadRequest* request,
     grpc::ServerWriter<rpc::LoadProgress>* writer) {
   if (grpc::Status s = Authorize(*context); !s.ok()) return s;
   if (grpc::Status s = CheckLoadRequest(*request); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    if (loaded_ != nullptr || loading_) {
-      if (request->group() == group_) {
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            "load: this worker has loaded (or is loading) "
-                            "this group's model already");
-      }
-      // A new group (a restarted coordinator, or a replacement after
-      // another rank failed): this process cannot leave its old group's
-      // collectives cleanly, so it ends and its supervisor starts a fresh
-      // one, which the coordinator's next attempt loads.
-      if (options_.on_group_failed) options_.on_group_failed();
-      return grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          absl::StrCat("load: this worker belongs to group '", group_,
-                       "'; it exits so that a fresh one can join '",
-                       request->group(), "'"));
-    }
-    loading_ = true;
-    group_ = request->group();
-  }
-  // A Load its caller gave up on (the coordinator cancels every rank's when
-  // one fails) leaves this worker joining a group that will never serve: it
-  // ends at once, so that its supervisor starts a fresh one for the next
-  // attempt, instead of waiting out the group's timeout while the next
-  // attempt finds it taken.
-  std::atomic<bool> load_ended{false};
-  std::thread abandoned([&] {
-    while (!load_ended.load()) {
-      if (context->IsCancelled()) {
-        if (options_.on_group_failed) options_.on_group_failed();
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
-  struct JoinOnExit {
-    std::atomic<bool>& ended;
-    std::thread& thread;
-    ~JoinOnExit() {
-      ended.store(true);
-      thread.join();
-    }
-  } join_on_exit{load_ended, abandoned};
+  if (grpc::Status s = ClaimLoad(*request); !s.ok()) return s;
+  AbandonedLoadWatch watch(context, options_.on_group_failed);
   // Loading takes long and runs outside the lock, so that Health answers.
   auto result = std::make_unique<Loaded>();
-  auto report = [&](int64_t done, int64_t total, const std::string& stage) {
+  const Progress report = [writer](int64_t done, int64_t total,
+                                   const std::string& stage) {
     rpc::LoadProgress p;
     p.set_done(done);
     p.set_total(total);
     p.set_stage(stage);
     writer->Write(p);
   };
-  absl::Status s = [&]() -> absl::Status {
-    const rpc::LoadRequest& r = *request;
-    result->rank = r.rank();
-    OCTET_ASSIGN_OR_RETURN(result->checkpoint, Checkpoint::Open(r.model_dir()));
-    const int64_t layers = result->checkpoint->config().num_layers;
-    const CpuKernelOptions cpu{.num_threads = r.threads()};
-    OCTET_ASSIGN_OR_RETURN(
-        result->backend,
-        NewBackend(ToDeviceChoice(r.device()), cpu, r.cuda_device()));
-    OCTET_RETURN_IF_ERROR(CheckTpTransport(
-        *result->backend, r.transport() == rpc::TRANSPORT_NCCL));
-    if (r.world_size() == 1) {
-      result->comm = NewSingleRankCommunicator();
-    } else {
-      report(0, layers, absl::StrCat("joining the group of ", r.world_size()));
-      OCTET_ASSIGN_OR_RETURN(
-          const std::string target,
-          RendezvousTarget(r.rendezvous_address(), context->peer()));
-      GrpcStore store(
-          target,
-          r.rendezvous_token().empty() ? options_.token : r.rendezvous_token(),
-          options_.tls);
-      const absl::Duration timeout =
-          r.collective_timeout_ms() > 0
-              ? absl::Milliseconds(r.collective_timeout_ms())
-              : absl::Seconds(60);
-      OCTET_ASSIGN_OR_RETURN(
-          result->comm,
-          JoinTpGroup(store, *result->backend,
-                      {.rank = r.rank(),
-                       .size = r.world_size(),
-                       .name = r.group(),
-                       .nccl = r.transport() == rpc::TRANSPORT_NCCL,
-                       .transport = ToCpuTransport(r.transport()),
-                       .cuda_device = r.cuda_device(),
-                       .timeout = timeout,
-                       .collective_host = options_.collective_host}));
-    }
-    ModelOptions o;
-    o.method = r.quantization() == rpc::QUANTIZATION_FP8 ? LinearMethod::kFp8
-                                                         : LinearMethod::kNone;
-    o.cpu = cpu;
-    o.comm = result->comm.get();
-    o.global_weight_scale = r.global_weight_scale();
-    o.quantize_lm_head = r.quantize_lm_head();
-    o.on_layer_loaded = [&](int64_t done, int64_t total) {
-      report(done, total, "loading layers");
-    };
-    OCTET_ASSIGN_OR_RETURN(
-        result->model,
-        LlamaModel::Load(*result->checkpoint, *result->backend, o));
-    OCTET_ASSIGN_OR_RETURN(result->cache, result->model->NewKvCache(
-                                              {.block_size = r.kv_block_size(),
-                                               .num_blocks = r.kv_blocks()}));
+  const absl::Status s =
+      LoadRank(*request, context->peer(), report, result.get());
+  if (s.ok()) {
     // The last message says what the rank computes in (ModelInfo.dtype).
+    const int64_t layers = result->model->config().num_layers;
     rpc::LoadProgress loaded;
     loaded.set_done(layers);
     loaded.set_total(layers);
@@ -236,8 +202,7 @@ grpc::Status WorkerService::Load(
     loaded.set_activation_dtype(
         std::string(DTypeLongName(result->backend->activation_dtype())));
     writer->Write(loaded);
-    return absl::OkStatus();
-  }();
+  }
   absl::MutexLock lock(&mu_);
   loading_ = false;
   if (!s.ok()) {
@@ -250,6 +215,64 @@ grpc::Status WorkerService::Load(
   loaded_ = std::move(result);
   ready_.store(true, std::memory_order_release);
   return grpc::Status::OK;
+}
+
+absl::Status WorkerService::LoadRank(const rpc::LoadRequest& r,
+                                     const std::string& peer,
+                                     const Progress& report, Loaded* result) {
+  result->rank = r.rank();
+  OCTET_ASSIGN_OR_RETURN(result->checkpoint, Checkpoint::Open(r.model_dir()));
+  const CpuKernelOptions cpu{.num_threads = r.threads()};
+  OCTET_ASSIGN_OR_RETURN(result->backend, NewBackend(ToDeviceChoice(r.device()),
+                                                     cpu, r.cuda_device()));
+  OCTET_RETURN_IF_ERROR(
+      CheckTpTransport(*result->backend, r.transport() == rpc::TRANSPORT_NCCL));
+  if (r.world_size() == 1) {
+    result->comm = NewSingleRankCommunicator();
+  } else {
+    report(0, result->checkpoint->config().num_layers,
+           absl::StrCat("joining the group of ", r.world_size()));
+    OCTET_ASSIGN_OR_RETURN(result->comm, JoinGroup(r, peer, *result->backend));
+  }
+  ModelOptions o;
+  o.method = r.quantization() == rpc::QUANTIZATION_FP8 ? LinearMethod::kFp8
+                                                       : LinearMethod::kNone;
+  o.cpu = cpu;
+  o.comm = result->comm.get();
+  o.global_weight_scale = r.global_weight_scale();
+  o.quantize_lm_head = r.quantize_lm_head();
+  o.on_layer_loaded = [&](int64_t done, int64_t total) {
+    report(done, total, "loading layers");
+  };
+  OCTET_ASSIGN_OR_RETURN(result->model, LlamaModel::Load(*result->checkpoint,
+                                                         *result->backend, o));
+  OCTET_ASSIGN_OR_RETURN(
+      result->cache, result->model->NewKvCache({.block_size = r.kv_block_size(),
+                                                .num_blocks = r.kv_blocks()}));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> WorkerService::JoinGroup(
+    const rpc::LoadRequest& r, const std::string& peer, Backend& backend) {
+  OCTET_ASSIGN_OR_RETURN(const std::string target,
+                         RendezvousTarget(r.rendezvous_address(), peer));
+  GrpcStore store(
+      target,
+      r.rendezvous_token().empty() ? options_.token : r.rendezvous_token(),
+      options_.tls);
+  const absl::Duration timeout =
+      r.collective_timeout_ms() > 0
+          ? absl::Milliseconds(r.collective_timeout_ms())
+          : absl::Seconds(60);
+  return JoinTpGroup(store, backend,
+                     {.rank = r.rank(),
+                      .size = r.world_size(),
+                      .name = r.group(),
+                      .nccl = r.transport() == rpc::TRANSPORT_NCCL,
+                      .transport = ToCpuTransport(r.transport()),
+                      .cuda_device = r.cuda_device(),
+                      .timeout = timeout,
+                      .collective_host = options_.collective_host});
 }
 
 grpc::Status WorkerService::Step(grpc::ServerContext* context,

@@ -97,6 +97,22 @@ class WorkerService final : public internal::v1::Worker::Service {
   };
 
   grpc::Status Authorize(const grpc::ServerContext& context) const;
+
+  // Load's steps. Load progress for the coordinator: (done, total, stage).
+  using Progress = std::function<void(int64_t, int64_t, const std::string&)>;
+  // Marks this worker as loading for the request's group, or says why it
+  // cannot: it has a model, or belongs to another group (and then ends).
+  grpc::Status ClaimLoad(const internal::v1::LoadRequest& request);
+  // Opens the checkpoint, makes the backend, joins the group and loads this
+  // rank's model and cache into `result`; `peer` is the caller's address.
+  absl::Status LoadRank(const internal::v1::LoadRequest& request,
+                        const std::string& peer, const Progress& report,
+                        Loaded* result);
+  // This rank's communicator, through the rendezvous store the request
+  // names.
+  absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(
+      const internal::v1::LoadRequest& request, const std::string& peer,
+      Backend& backend);
   // Records the tokens `seq` feeds in its history; when it asks for a
   // token, the row that samples it from logits row `logits_row` (which
   // points into the history: valid until the history changes).

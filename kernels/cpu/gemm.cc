@@ -141,43 +141,90 @@ void PrepareA(const GemmKernels& kern, const A* a, int64_t m, int64_t k,
 // prepared (padded, reordered) as if it were a whole K of its own:
 // prepared A is [blocks][m][kb_pad], converted weights [blocks][rows]
 // [kb_pad], the raw sums [blocks][m][n]. One block is the plain GEMM.
+struct BlockLayout {
+  BlockLayout(const GemmKernels& kern, int64_t k, int64_t m, int64_t blocks)
+      : blocks(blocks),
+        kb(k / blocks),
+        kb_pad((kb + kern.k_align - 1) / kern.k_align * kern.k_align),
+        row_bytes(kb_pad * static_cast<int64_t>(kern.dot_bytes)),
+        a_block_bytes(m * row_bytes) {}
+  int64_t blocks, kb, kb_pad, row_bytes, a_block_bytes;
+};
+
+// A in the kernels' dot format, block after block, in this thread's
+// scratch.
+template <typename A, typename B>
+char* PrepareABlocks(const GemmKernels& kern, const Problem<A, B>& p,
+                     const BlockLayout& l) {
+  char* a = ThreadScratch<Scratch::kPreparedA>(l.blocks * l.a_block_bytes);
+  if (l.blocks == 1) {
+    PrepareA(kern, p.a, p.m, p.k, l.kb_pad, a);
+    return a;
+  }
+  A* packed = reinterpret_cast<A*>(
+      ThreadScratch<Scratch::kPackedA>(p.m * l.kb * sizeof(A)));
+  for (int64_t j = 0; j < l.blocks; ++j) {
+    CopyColumns(p.a, p.k, p.m, j * l.kb, l.kb, packed);
+    PrepareA(kern, packed, p.m, l.kb, l.kb_pad, a + j * l.a_block_bytes);
+  }
+  return a;
+}
+
+// The raw sums of output columns [col0, col1) of an e4m3 GEMM with many
+// rows: each weight decoded once into an L2-sized block, then the prepared
+// kernel run over it.
+template <typename B>
+void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
+                      const BlockLayout& l, const char* a, int64_t col0,
+                      int64_t col1, float* sums) {
+  const int64_t converted_k = kern.converted_k_is_padded ? l.kb_pad : l.kb;
+  const int64_t tile = kern.prepared_rows_per_tile;
+  const int64_t block =
+      std::max<int64_t>(kColumnAlign,
+                        kConvertedBlockBytes / (l.blocks * l.row_bytes)) /
+      tile * tile;
+  char* b = ThreadScratch<Scratch::kConvertedB>(block * l.blocks * l.row_bytes);
+  uint8_t* packed = l.blocks == 1
+                        ? nullptr
+                        : reinterpret_cast<uint8_t*>(
+                              ThreadScratch<Scratch::kPackedB>(block * l.kb));
+  for (int64_t c0 = col0; c0 < col1; c0 += block) {
+    const int64_t rows = std::min(block, col1 - c0);
+    for (int64_t j = 0; j < l.blocks; ++j) {
+      const uint8_t* src = p.b + c0 * p.k;
+      if (l.blocks > 1) {
+        CopyColumns(src, p.k, rows, j * l.kb, l.kb, packed);
+        src = packed;
+      }
+      kern.convert_b_e4m3(src, rows, l.kb, b + j * rows * l.row_bytes);
+    }
+    kern.prepared_rows(
+        a, l.kb_pad, p.m, b, l.kb_pad, converted_k, 0, rows, sums + c0, p.n,
+        KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
+  }
+}
+
+// The GEMM on `threads` threads, each a chunk of output columns: raw sums
+// per K block, added by TreeSum, scaled and rounded once (Finish).
 template <typename A, typename B>
 void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   constexpr bool kE4m3 = std::is_same_v<A, uint8_t>;
-  const int64_t blocks = p.k_blocks;
-  const int64_t kb = p.k / blocks;
-  const int64_t kb_pad = (kb + kern.k_align - 1) / kern.k_align * kern.k_align;
-  const int64_t row_bytes = kb_pad * static_cast<int64_t>(kern.dot_bytes);
-  const int64_t a_block_bytes = p.m * row_bytes;
-
-  char* a = ThreadScratch<Scratch::kPreparedA>(blocks * a_block_bytes);
-  if (blocks == 1) {
-    PrepareA(kern, p.a, p.m, p.k, kb_pad, a);
-  } else {
-    A* packed = reinterpret_cast<A*>(
-        ThreadScratch<Scratch::kPackedA>(p.m * kb * sizeof(A)));
-    for (int64_t j = 0; j < blocks; ++j) {
-      CopyColumns(p.a, p.k, p.m, j * kb, kb, packed);
-      PrepareA(kern, packed, p.m, kb, kb_pad, a + j * a_block_bytes);
-    }
-  }
+  const BlockLayout l(kern, p.k, p.m, p.k_blocks);
+  const char* a = PrepareABlocks(kern, p, l);
   // The kernels write raw sums; into y itself when it is binary32 and there
   // is one block.
-  float* sums = blocks == 1 && p.y_dtype == DType::kF32
+  float* sums = l.blocks == 1 && p.y_dtype == DType::kF32
                     ? static_cast<float*>(p.y)
                     : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
-                          blocks * p.m * p.n * sizeof(float)));
-  const KBlocks raw_blocks{blocks, a_block_bytes,
-                           kb * static_cast<int64_t>(sizeof(B)), p.m * p.n};
+                          l.blocks * p.m * p.n * sizeof(float)));
+  const KBlocks raw_blocks{l.blocks, l.a_block_bytes,
+                           l.kb * static_cast<int64_t>(sizeof(B)), p.m * p.n};
   const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
   float* out_scale = reinterpret_cast<float*>(
       ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
   for (int64_t r = 0; r < p.m; ++r) {
     out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
   }
-  const bool convert = kE4m3 && p.m > kern.stream_max_m;
-  const int64_t converted_k = kern.converted_k_is_padded ? kb_pad : kb;
-
   int64_t chunk = (p.n + threads - 1) / threads;
   chunk = (chunk + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
   const int64_t chunks = (p.n + chunk - 1) / chunk;
@@ -186,48 +233,22 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
     const int64_t col0 = t * chunk;
     const int64_t col1 = std::min(p.n, col0 + chunk);
     if constexpr (kE4m3) {
-      if (convert) {
-        // Decode each weight once into an L2-sized block, then run the
-        // prepared kernel over it.
-        const int64_t tile = kern.prepared_rows_per_tile;
-        const int64_t block =
-            std::max<int64_t>(kColumnAlign,
-                              kConvertedBlockBytes / (blocks * row_bytes)) /
-            tile * tile;
-        char* b =
-            ThreadScratch<Scratch::kConvertedB>(block * blocks * row_bytes);
-        uint8_t* packed =
-            blocks == 1 ? nullptr
-                        : reinterpret_cast<uint8_t*>(
-                              ThreadScratch<Scratch::kPackedB>(block * kb));
-        for (int64_t c0 = col0; c0 < col1; c0 += block) {
-          const int64_t rows = std::min(block, col1 - c0);
-          for (int64_t j = 0; j < blocks; ++j) {
-            const uint8_t* src = p.b + c0 * p.k;
-            if (blocks > 1) {
-              CopyColumns(src, p.k, rows, j * kb, kb, packed);
-              src = packed;
-            }
-            kern.convert_b_e4m3(src, rows, kb, b + j * rows * row_bytes);
-          }
-          kern.prepared_rows(
-              a, kb_pad, p.m, b, kb_pad, converted_k, 0, rows, sums + c0, p.n,
-              KBlocks{blocks, a_block_bytes, rows * row_bytes, p.m * p.n});
-        }
+      if (p.m > kern.stream_max_m) {
+        RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
       } else {
-        kern.e4m3_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
+        kern.e4m3_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
                        raw_blocks);
       }
     } else if constexpr (std::is_same_v<B, Bf16>) {
-      kern.bf16_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
+      kern.bf16_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
                      raw_blocks);
     } else {
-      kern.prepared_rows(a, kb_pad, p.m, p.b, p.k, kb, col0, col1, sums, p.n,
-                         raw_blocks);
+      kern.prepared_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums,
+                         p.n, raw_blocks);
     }
-    if (blocks > 1) {
+    if (l.blocks > 1) {
       for (int64_t row = 0; row < p.m; ++row) {
-        TreeSum(sums + row * p.n + col0, blocks, p.m * p.n, col1 - col0);
+        TreeSum(sums + row * p.n + col0, l.blocks, p.m * p.n, col1 - col0);
       }
     }
     Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.scale_a,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/sampling.h"
 
@@ -231,6 +232,64 @@ __global__ void __launch_bounds__(kDrawThreads)
 // staging buffer.
 size_t Align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// A call's rows laid out for the device: each row's parameters, the
+// histories of the rows with a repetition penalty, and the sort's segment
+// offsets (one segment per row that draws).
+struct HostRows {
+  std::vector<DeviceRow> rows;
+  std::vector<int32_t> history;
+  std::vector<int32_t> offsets;  // segments + 1
+  int64_t segments = 0;
+};
+
+absl::StatusOr<HostRows> LayOutRows(absl::Span<const SampleRow> rows,
+                                    int64_t vocab) {
+  if (vocab <= 0 || vocab > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaSampler: vocab ", vocab, " outside [1, 2^31)"));
+  }
+  HostRows h;
+  h.rows.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SampleRow& s = rows[i];
+    const bool greedy = s.params.temperature == 0.0f || vocab == 1;
+    h.rows[i] = DeviceRow{
+        .logits_row = s.logits_row,
+        .seed = s.params.seed,
+        .position = s.position,
+        .top_k = s.params.top_k,
+        .temperature = s.params.temperature,
+        .top_p = s.params.top_p,
+        .penalty = s.repetition_penalty,
+        .history_begin = static_cast<int32_t>(h.history.size()),
+        .history_end = 0,
+        .segment = greedy ? -1 : static_cast<int32_t>(h.segments++),
+        .logprob = s.logprob ? 1 : 0,
+    };
+    if (s.repetition_penalty != 1.0f) {
+      h.history.insert(h.history.end(), s.history.begin(), s.history.end());
+    }
+    h.rows[i].history_end = static_cast<int32_t>(h.history.size());
+  }
+  if (h.segments * vocab > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaSampler: ", h.segments, " drawing rows of ", vocab,
+                     " logits are more than one sort takes"));
+  }
+  h.offsets.resize(h.segments + 1);
+  for (int64_t s = 0; s <= h.segments; ++s) {
+    h.offsets[s] = static_cast<int32_t>(s * vocab);
+  }
+  return h;
+}
+
+// Where the staged rows are on the device.
+struct StagedRows {
+  const DeviceRow* rows;
+  const int32_t* history;
+  const int32_t* offsets;
+};
+
 }  // namespace
 
 // Device and pinned buffers, grown to the largest call and kept.
@@ -264,6 +323,16 @@ struct CudaSampler::Scratch {
     return absl::OkStatus();
   }
 
+  // Sends the rows' layout up in one copy through pinned memory.
+  absl::StatusOr<StagedRows> Stage(const HostRows& h, cudaStream_t stream);
+  // Grows the work buffers for `n` rows, `segments` of them drawing.
+  absl::Status GrowWork(int64_t n, int64_t segments, int64_t vocab);
+  // Sorts each drawing row's keys with their ids, descending, stably.
+  absl::Status SortSegments(int64_t segments, int64_t vocab,
+                            const int32_t* d_offsets, cudaStream_t stream);
+  // Brings the `n` results back and waits for the stream.
+  absl::Status Fetch(int64_t n, SampledToken* out, cudaStream_t stream);
+
   // [rows][vocab] penalized logits; [segments][vocab] keys and ids, before
   // and after the sort; the sort's own scratch.
   void *penalized = nullptr, *keys = nullptr, *keys_sorted = nullptr;
@@ -287,131 +356,103 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create() {
       new CudaSampler(std::make_unique<Scratch>()));
 }
 
+absl::StatusOr<StagedRows> CudaSampler::Scratch::Stage(const HostRows& h,
+                                                       cudaStream_t stream) {
+  const size_t rows_bytes = Align(h.rows.size() * sizeof(DeviceRow));
+  const size_t history_bytes = Align(h.history.size() * sizeof(int32_t));
+  const size_t offsets_bytes = Align(h.offsets.size() * sizeof(int32_t));
+  const size_t staged_size = rows_bytes + history_bytes + offsets_bytes;
+  OCTET_RETURN_IF_ERROR(
+      GrowPinned(&host_staging, &host_staging_bytes, staged_size));
+  OCTET_RETURN_IF_ERROR(Grow(&staged, &staged_bytes, staged_size));
+  char* host = static_cast<char*>(host_staging);
+  std::memcpy(host, h.rows.data(), h.rows.size() * sizeof(DeviceRow));
+  std::memcpy(host + rows_bytes, h.history.data(),
+              h.history.size() * sizeof(int32_t));
+  std::memcpy(host + rows_bytes + history_bytes, h.offsets.data(),
+              h.offsets.size() * sizeof(int32_t));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged, host, staged_size,
+                                             cudaMemcpyHostToDevice, stream));
+  const char* dev = static_cast<const char*>(staged);
+  return StagedRows{
+      .rows = reinterpret_cast<const DeviceRow*>(dev),
+      .history = reinterpret_cast<const int32_t*>(dev + rows_bytes),
+      .offsets =
+          reinterpret_cast<const int32_t*>(dev + rows_bytes + history_bytes),
+  };
+}
+
+absl::Status CudaSampler::Scratch::GrowWork(int64_t n, int64_t segments,
+                                            int64_t vocab) {
+  const size_t row_floats = static_cast<size_t>(vocab) * sizeof(float);
+  for (auto [p, have, want] :
+       {std::tuple{&penalized, &penalized_bytes, n * row_floats},
+        std::tuple{&keys, &keys_bytes, segments * row_floats},
+        std::tuple{&keys_sorted, &keys_sorted_bytes, segments * row_floats},
+        std::tuple{&ids, &ids_bytes, segments * row_floats},
+        std::tuple{&ids_sorted, &ids_sorted_bytes, segments * row_floats},
+        std::tuple{&results, &results_bytes, n * sizeof(DeviceResult)}}) {
+    OCTET_RETURN_IF_ERROR(Grow(p, have, std::max<size_t>(want, 256)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaSampler::Scratch::SortSegments(int64_t segments, int64_t vocab,
+                                                const int32_t* d_offsets,
+                                                cudaStream_t stream) {
+  if (segments == 0) return absl::OkStatus();
+  auto* k = static_cast<float*>(keys);
+  auto* k_sorted = static_cast<float*>(keys_sorted);
+  auto* i = static_cast<int32_t*>(ids);
+  auto* i_sorted = static_cast<int32_t*>(ids_sorted);
+  size_t temp_bytes = 0;
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cub::DeviceSegmentedSort::StableSortPairsDescending(
+          nullptr, temp_bytes, k, k_sorted, i, i_sorted, segments * vocab,
+          segments, d_offsets, d_offsets + 1, stream));
+  OCTET_RETURN_IF_ERROR(
+      Grow(&sort_temp, &sort_temp_bytes, std::max<size_t>(temp_bytes, 256)));
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cub::DeviceSegmentedSort::StableSortPairsDescending(
+          sort_temp, temp_bytes, k, k_sorted, i, i_sorted, segments * vocab,
+          segments, d_offsets, d_offsets + 1, stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSampler::Scratch::Fetch(int64_t n, SampledToken* out,
+                                         cudaStream_t stream) {
+  const size_t result_bytes = n * sizeof(DeviceResult);
+  OCTET_RETURN_IF_ERROR(
+      GrowPinned(&host_results, &host_results_bytes, result_bytes));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      host_results, results, result_bytes, cudaMemcpyDeviceToHost, stream));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  const auto* r = static_cast<const DeviceResult*>(host_results);
+  for (int64_t i = 0; i < n; ++i) out[i] = SampledToken{r[i].id, r[i].logprob};
+  return absl::OkStatus();
+}
+
 absl::Status CudaSampler::Sample(const float* d_logits, int64_t vocab,
                                  absl::Span<const SampleRow> rows,
                                  SampledToken* out, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows.size());
   if (n == 0) return absl::OkStatus();
-  if (vocab <= 0 || vocab > INT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaSampler: vocab ", vocab, " outside [1, 2^31)"));
-  }
-  // Lay out the rows; rows that draw get a sort segment each.
-  std::vector<DeviceRow> device_rows(n);
-  std::vector<int32_t> history;
-  int64_t segments = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const SampleRow& s = rows[i];
-    const bool greedy = s.params.temperature == 0.0f || vocab == 1;
-    device_rows[i] = DeviceRow{
-        .logits_row = s.logits_row,
-        .seed = s.params.seed,
-        .position = s.position,
-        .top_k = s.params.top_k,
-        .temperature = s.params.temperature,
-        .top_p = s.params.top_p,
-        .penalty = s.repetition_penalty,
-        .history_begin = static_cast<int32_t>(history.size()),
-        .history_end = 0,
-        .segment = greedy ? -1 : static_cast<int32_t>(segments++),
-        .logprob = s.logprob ? 1 : 0,
-    };
-    if (s.repetition_penalty != 1.0f) {
-      history.insert(history.end(), s.history.begin(), s.history.end());
-    }
-    device_rows[i].history_end = static_cast<int32_t>(history.size());
-  }
-  if (segments * vocab > INT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaSampler: ", segments, " drawing rows of ", vocab,
-                     " logits are more than one sort takes"));
-  }
-  std::vector<int32_t> offsets(segments + 1);
-  for (int64_t s = 0; s <= segments; ++s) {
-    offsets[s] = static_cast<int32_t>(s * vocab);
-  }
-
-  // Stage the three arrays in pinned memory and send them in one copy.
+  OCTET_ASSIGN_OR_RETURN(const HostRows h, LayOutRows(rows, vocab));
   Scratch& m = *scratch_;
-  const size_t rows_bytes = Align(n * sizeof(DeviceRow));
-  const size_t history_bytes = Align(history.size() * sizeof(int32_t));
-  const size_t offsets_bytes = Align(offsets.size() * sizeof(int32_t));
-  const size_t staged = rows_bytes + history_bytes + offsets_bytes;
-  if (absl::Status s =
-          Scratch::GrowPinned(&m.host_staging, &m.host_staging_bytes, staged);
-      !s.ok())
-    return s;
-  if (absl::Status s = Scratch::Grow(&m.staged, &m.staged_bytes, staged);
-      !s.ok())
-    return s;
-  char* host = static_cast<char*>(m.host_staging);
-  std::memcpy(host, device_rows.data(), n * sizeof(DeviceRow));
-  std::memcpy(host + rows_bytes, history.data(),
-              history.size() * sizeof(int32_t));
-  std::memcpy(host + rows_bytes + history_bytes, offsets.data(),
-              offsets.size() * sizeof(int32_t));
-  OCTET_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(m.staged, host, staged, cudaMemcpyHostToDevice, stream));
-  const char* dev = static_cast<const char*>(m.staged);
-  const auto* d_rows = reinterpret_cast<const DeviceRow*>(dev);
-  const auto* d_history = reinterpret_cast<const int32_t*>(dev + rows_bytes);
-  const auto* d_offsets =
-      reinterpret_cast<const int32_t*>(dev + rows_bytes + history_bytes);
-
-  const size_t row_floats = static_cast<size_t>(vocab) * sizeof(float);
-  for (auto [p, have, want] :
-       {std::tuple{&m.penalized, &m.penalized_bytes, n * row_floats},
-        std::tuple{&m.keys, &m.keys_bytes, segments * row_floats},
-        std::tuple{&m.keys_sorted, &m.keys_sorted_bytes, segments * row_floats},
-        std::tuple{&m.ids, &m.ids_bytes, segments * row_floats},
-        std::tuple{&m.ids_sorted, &m.ids_sorted_bytes, segments * row_floats},
-        std::tuple{&m.results, &m.results_bytes, n * sizeof(DeviceResult)}}) {
-    if (absl::Status s = Scratch::Grow(p, have, std::max<size_t>(want, 256));
-        !s.ok())
-      return s;
-  }
-  auto* keys = static_cast<float*>(m.keys);
-  auto* keys_sorted = static_cast<float*>(m.keys_sorted);
-  auto* ids = static_cast<int32_t*>(m.ids);
-  auto* ids_sorted = static_cast<int32_t*>(m.ids_sorted);
-
+  OCTET_ASSIGN_OR_RETURN(const StagedRows d, m.Stage(h, stream));
+  OCTET_RETURN_IF_ERROR(m.GrowWork(n, h.segments, vocab));
   PenalizeKernel<<<static_cast<unsigned>(n), kPenalizeThreads, 0, stream>>>(
-      d_logits, vocab, d_rows, d_history, static_cast<float*>(m.penalized),
-      keys, ids);
+      d_logits, vocab, d.rows, d.history, static_cast<float*>(m.penalized),
+      static_cast<float*>(m.keys), static_cast<int32_t*>(m.ids));
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  if (segments > 0) {
-    size_t temp_bytes = 0;
-    OCTET_CUDA_RETURN_IF_ERROR(
-        cub::DeviceSegmentedSort::StableSortPairsDescending(
-            nullptr, temp_bytes, keys, keys_sorted, ids, ids_sorted,
-            segments * vocab, segments, d_offsets, d_offsets + 1, stream));
-    if (absl::Status s = Scratch::Grow(&m.sort_temp, &m.sort_temp_bytes,
-                                       std::max<size_t>(temp_bytes, 256));
-        !s.ok())
-      return s;
-    OCTET_CUDA_RETURN_IF_ERROR(
-        cub::DeviceSegmentedSort::StableSortPairsDescending(
-            m.sort_temp, temp_bytes, keys, keys_sorted, ids, ids_sorted,
-            segments * vocab, segments, d_offsets, d_offsets + 1, stream));
-  }
+  OCTET_RETURN_IF_ERROR(m.SortSegments(h.segments, vocab, d.offsets, stream));
   DrawKernel<<<static_cast<unsigned>(n), kDrawThreads, 0, stream>>>(
-      d_rows, static_cast<const float*>(m.penalized), vocab, keys_sorted,
-      ids_sorted, static_cast<DeviceResult*>(m.results));
+      d.rows, static_cast<const float*>(m.penalized), vocab,
+      static_cast<const float*>(m.keys_sorted),
+      static_cast<const int32_t*>(m.ids_sorted),
+      static_cast<DeviceResult*>(m.results));
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-
-  const size_t result_bytes = n * sizeof(DeviceResult);
-  if (absl::Status s = Scratch::GrowPinned(&m.host_results,
-                                           &m.host_results_bytes, result_bytes);
-      !s.ok())
-    return s;
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      m.host_results, m.results, result_bytes, cudaMemcpyDeviceToHost, stream));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  const auto* results = static_cast<const DeviceResult*>(m.host_results);
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = SampledToken{results[i].id, results[i].logprob};
-  }
-  return absl::OkStatus();
+  return m.Fetch(n, out, stream);
 }
 
 }  // namespace octet
