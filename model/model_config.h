@@ -28,7 +28,7 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-// quantization_config of an FP8 checkpoint (docs/design.md): vLLM's
+// quantization_config of an FP8 checkpoint (model/README.md): vLLM's
 // quant_method "fp8" (per-tensor scales), or llm-compressor's
 // "compressed-tensors" (format "float-quantized"; weights per tensor or per
 // output channel, activations per tensor or, dynamic, per token). Their

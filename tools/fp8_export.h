@@ -1,4 +1,4 @@
-// `octet quantize`: writes an FP8 checkpoint (docs/design.md): every
+// `octet quantize`: writes an FP8 checkpoint (model/README.md): every
 // projection weight as F8_E4M3 codes with its F32 weight_scale (absmax /
 // 448, the contract's rule: one per weight, or one per row for per-channel
 // schemes), everything else (embeddings, lm_head, norms) as it was, and

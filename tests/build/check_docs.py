@@ -3,7 +3,10 @@
 
     check_docs.py REPO_ROOT
 
-Reads README.md and every docs/**/*.md, and every text in backticks in them:
+Reads every Markdown file of the repository (README.md, docs/**/*.md, and
+any other *.md such as model/README.md), leaving out build folders (build/,
+build-*/), hidden folders (.git, .venvs, ...) and third-party folders
+(THIRD_PARTY), and checks every text in backticks in them:
 - a repository path (its first part a top-level folder of the repository,
   e.g. `kernels/cuda/gemm.h`, `tests/build/`, `kernels/cpu/*_scalar.cc`)
   must name a file or folder that exists (a glob must match one);
@@ -29,6 +32,9 @@ SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".proto", ".py", ".sh", ".cmake",
 FOREIGN = ("cublas", "CUBLAS", "cuda", "CUDA", "nccl", "NCCL", "torch",
            "absl", "grpc", "gloo", "pcre2", "PCRE2", "utf8proc", "__nv",
            "SIG")
+# Folders whose Markdown is someone else's (and fuzz corpora's).
+THIRD_PARTY = ("third_party", "third-party", "external", "vendor",
+               "node_modules", "site-packages", "corpus")
 CPP_NAME = re.compile(r"^~?[A-Za-z_][A-Za-z0-9_]*(::~?[A-Za-z_][A-Za-z0-9_]*)*"
                       r"(\(\))?$")
 
@@ -39,12 +45,27 @@ def top_folders(root):
             and e not in ("build",) and not e.startswith("build-")} | {".ci"}
 
 
+def skipped_folder(name):
+    """Build output, hidden and third-party folders: neither docs nor sources."""
+    return (name.startswith(".") or name == "build" or name.startswith("build-")
+            or name in THIRD_PARTY)
+
+
+def markdown_files(root):
+    """README.md first, then every other *.md outside skipped folders."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not skipped_folder(d))
+        found += [os.path.join(folder, f) for f in files if f.endswith(".md")]
+    readme = os.path.join(root, "README.md")
+    return [readme] + sorted(f for f in found
+                             if os.path.normpath(f) != os.path.normpath(readme))
+
+
 def source_words(root):
     words = set()
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs
-                   if not d.startswith(".") and d != "build"
-                   and not d.startswith("build-") and d != "corpus"]
+        dirs[:] = [d for d in dirs if not skipped_folder(d)]
         for f in files:
             if not f.endswith(SOURCE_SUFFIXES):
                 continue
@@ -88,8 +109,7 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
     folders = top_folders(root)
     words = source_words(root)
-    docs = [os.path.join(root, "README.md")] + sorted(
-        glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+    docs = markdown_files(root)
     bad = []
     for doc in docs:
         with open(doc, encoding="utf-8") as h:
