@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "kernels/sampling.h"
 
 namespace octet {

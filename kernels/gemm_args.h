@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 namespace octet {
 

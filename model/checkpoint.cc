@@ -7,9 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/bf16.h"
+#include "base/f16.h"
 #include "base/status_macros.h"
-#include "kernels/bf16.h"
-#include "kernels/f16.h"
 #include "model/safetensors.h"
 #include "model/safetensors_checkpoint.h"
 

@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "model/model_config.h"
 #include "model/tensor_names.h"
 #include "model/tokenizer.h"

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 namespace octet {
 
@@ -37,9 +37,9 @@ struct RopeScaling {
 struct Fp8CheckpointConfig {
   enum class Layout { kVllmFp8, kCompressedTensors };
   Layout layout = Layout::kVllmFp8;
-  bool static_activations = false;  // input_scale tensors, no dynamic scales
-  bool weight_per_channel = false;  // weight_scale [rows, 1]
-  bool activation_per_token = false;        // a dynamic scale per token
+  bool static_activations = false;    // input_scale tensors, no dynamic scales
+  bool weight_per_channel = false;    // weight_scale [rows, 1]
+  bool activation_per_token = false;  // a dynamic scale per token
   std::vector<std::string> ignored_layers;  // left unquantized by the writer
 };
 
@@ -106,8 +106,8 @@ struct MemoryNeed {
   int64_t kv_cache = 0;
   int64_t total() const;
 };
-MemoryNeed LeastMemoryNeed(const ModelConfig& config, int tp,
-                           int weight_bytes, int64_t kv_tokens);
+MemoryNeed LeastMemoryNeed(const ModelConfig& config, int tp, int weight_bytes,
+                           int64_t kv_tokens);
 
 // The quantization method a model is served with, from the --quantization
 // flag and its config.json: "auto" is the checkpoint's own ("fp8" when it

@@ -18,7 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "base/status_macros.h"
 #include "kernels/tree_sum.h"
 #include "parallel/gather_reduce.h"

@@ -11,12 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/aligned.h"
-#include "kernels/bf16.h"
-#include "kernels/cpu/quantize.h"
-#include "kernels/f16.h"
-#include "kernels/fp8.h"
+#include "base/bf16.h"
+#include "base/f16.h"
 #include "base/status_macros.h"
+#include "kernels/aligned.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/fp8.h"
 
 namespace octet {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/bf16.h"
 #include "base/status_macros.h"
-#include "kernels/bf16.h"
 
 namespace octet {
 namespace {

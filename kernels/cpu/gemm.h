@@ -13,9 +13,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/bf16.h"
+#include "base/bf16.h"
+#include "base/dtype.h"
 #include "kernels/cpu/options.h"
-#include "kernels/dtype.h"
 
 namespace octet {
 

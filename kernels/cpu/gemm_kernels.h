@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 
 namespace octet::cpu_internal {
 

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
+#include "base/bf16.h"
 #include "kernels/backend.h"
-#include "kernels/bf16.h"
 
 namespace octet::cpu {
 

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/cpu/options.h"
 #include "kernels/fp8.h"
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace octet::cpu_internal {

@@ -49,8 +49,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/bf16.h"
-#include "kernels/dtype.h"
+#include "base/bf16.h"
+#include "base/dtype.h"
 
 namespace octet {
 

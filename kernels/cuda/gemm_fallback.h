@@ -9,8 +9,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/bf16.h"
-#include "kernels/dtype.h"
+#include "base/bf16.h"
+#include "base/dtype.h"
 
 namespace octet {
 

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 namespace octet {
 

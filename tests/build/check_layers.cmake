@@ -14,10 +14,7 @@ set(allowed_base        base/)
 set(allowed_rpc         rpc/ base/ octet/)
 set(allowed_kernels     kernels/ base/)
 set(allowed_parallel    parallel/ kernels/ rpc/ base/ octet/)
-# model/ names only the element types of kernels/ (header-only, the CMake
-# library octet_element_types): it reads and writes them, computes nothing.
-set(allowed_model       model/ base/ kernels/dtype.h kernels/bf16.h
-                        kernels/f16.h kernels/fp8.h)
+set(allowed_model       model/ base/)
 set(allowed_worker      worker/ model/ parallel/ kernels/ rpc/ base/ octet/)
 set(allowed_coordinator coordinator/ model/ rpc/ base/ octet/)
 set(allowed_tools       tools/ worker/ model/ parallel/ kernels/ rpc/ base/

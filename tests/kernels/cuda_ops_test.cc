@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "base/bf16.h"
 #include "kernels/backend.h"
-#include "kernels/bf16.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/cuda/backend.h"
 #include "tests/kernels/cuda_test_util.h"

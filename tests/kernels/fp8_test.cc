@@ -1,5 +1,5 @@
 // The e4m3 format, the scalar codec and the scale rule (kernels/fp8.h), and
-// bfloat16 rounding (kernels/bf16.h). The exhaustive check of every binary32
+// bfloat16 rounding (base/bf16.h). The exhaustive check of every binary32
 // input against CUDA's converter is fp8_exhaustive_test.cc.
 #include "kernels/fp8.h"
 
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 
 #if defined(OCTET_HAVE_CUDA_HEADERS)
 #include <cuda_fp8.h>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 
 namespace octet::testing {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "base/file_util.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"

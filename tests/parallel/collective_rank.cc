@@ -27,7 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/tree_sum.h"
 #include "parallel/communicator.h"

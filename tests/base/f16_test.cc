@@ -1,7 +1,7 @@
-// binary16 conversions (kernels/f16.h): every half decodes exactly, and
+// binary16 conversions (base/f16.h): every half decodes exactly, and
 // encoding rounds to nearest even, against CUDA's host-side converters when
 // their headers are available and against the definition otherwise.
-#include "kernels/f16.h"
+#include "base/f16.h"
 
 #include <gtest/gtest.h>
 

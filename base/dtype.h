@@ -1,4 +1,6 @@
-// Element types that cross kernel APIs.
+// The element types tensors are stored in and cross every API with: in
+// checkpoints (model/), on the wire to collectives (parallel/) and in the
+// kernels.
 //
 // Kernels take raw pointers plus a DType where one entry point serves several
 // element types (GEMM outputs, quantizer inputs). Storage types are plain
@@ -15,7 +17,7 @@ namespace octet {
 enum class DType : uint8_t {
   kF32,   // IEEE binary32
   kBf16,  // bfloat16: the upper half of a binary32
-  kF16,   // IEEE binary16 (checkpoints only; see kernels/f16.h)
+  kF16,   // IEEE binary16 (checkpoints only; see base/f16.h)
   kE4m3,  // OCP float8 e4m3fn code (see kernels/fp8.h)
 };
 
