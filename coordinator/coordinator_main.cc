@@ -96,6 +96,9 @@ ABSL_FLAG(int64_t, kv_cache_tokens, 32768,
           "KV-cache capacity in tokens, over all sequences");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
 ABSL_FLAG(int64_t, max_tokens_per_step, 2048, "token budget of one step");
+ABSL_FLAG(int64_t, max_batch_tokens, 0,
+          "the old name of --max_tokens_per_step (taken, with a warning); 0: "
+          "unset");
 ABSL_FLAG(int32_t, max_running, 64, "sequences in one step at most");
 ABSL_FLAG(int32_t, max_queue, 1024,
           "checked requests waiting for a step; more are refused with "
@@ -107,10 +110,11 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per worker; 0: cores / tp");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM, how long running and queued requests may take to "
           "finish before they are cancelled (new ones are refused at once)");
-ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(5),
-          "how long the workers may take for one step (at most "
-          "--max_tokens_per_step tokens) before their group counts as stuck and "
-          "is replaced; its requests resume on the new one");
+ABSL_FLAG(
+    absl::Duration, step_timeout, absl::Minutes(5),
+    "how long the workers may take for one step (at most "
+    "--max_tokens_per_step tokens) before their group counts as stuck and "
+    "is replaced; its requests resume on the new one");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of the public API: with --tls_key, it "
           "takes TLS only");
@@ -411,6 +415,13 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
     return Invalid("--max_start_failures must be >= 0");
   }
   o.threads = absl::GetFlag(FLAGS_threads);
+  if (const int64_t old = absl::GetFlag(FLAGS_max_batch_tokens); old != 0) {
+    std::fprintf(stderr,
+                 "coordinator: --max_batch_tokens is now "
+                 "--max_tokens_per_step; taking %lld\n",
+                 static_cast<long long>(old));
+    absl::SetFlag(&FLAGS_max_tokens_per_step, old);
+  }
   if (absl::GetFlag(FLAGS_max_tokens_per_step) < 1 ||
       absl::GetFlag(FLAGS_max_running) < 1 ||
       absl::GetFlag(FLAGS_max_queue) < 1 ||
@@ -606,11 +617,12 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
                                const ModelFacts& model, Metrics& metrics,
                                std::shared_ptr<Health> health) {
   EngineOptions e;
-  e.scheduler = {.num_blocks = o.kv_tokens / o.block_size,
-                 .block_size = o.block_size,
-                 .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
-                 .max_running = absl::GetFlag(FLAGS_max_running),
-                 .max_waiting = absl::GetFlag(FLAGS_max_queue)};
+  e.scheduler = {
+      .num_blocks = o.kv_tokens / o.block_size,
+      .block_size = o.block_size,
+      .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
+      .max_running = absl::GetFlag(FLAGS_max_running),
+      .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;
   e.on_serving = [health](bool serving, const absl::Status& why) {
     health->Set(serving);

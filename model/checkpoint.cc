@@ -64,44 +64,55 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
 
 absl::Status Checkpoint::Validate() const {
   for (const ExpectedTensor& want : ExpectedTensors(config_)) {
-    OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(want.name));
-    if (t.shape != want.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          t.file, ": tensor '", want.name, "' has shape ", ShapeString(t.shape),
-          " but config.json implies ", ShapeString(want.shape)));
+    const absl::Status checked = CheckTensor(want);
+    // Done with it, and with its scales (no-op for names that do not exist).
+    for (const std::string& name :
+         {want.name, WeightScaleName(want.name), InputScaleName(want.name)}) {
+      ReleasePages(name);
     }
-    if (IsFloat(t.dtype)) continue;
-    // Only the projections of an FP8 checkpoint may hold e4m3 codes, and
-    // then with their scales.
-    if (!(want.linear && t.dtype == DType::kE4m3 && config_.fp8)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          t.file, ": tensor '", want.name, "' has dtype ",
-          SafetensorsDTypeName(t.dtype),
-          want.linear ? " but config.json has no fp8 quantization_config"
-                      : ", which only FP8 projection weights may have"));
-    }
-    std::vector<std::pair<std::string, std::vector<float>>> scales;
-    const std::string weight_scale = WeightScaleName(want.name);
-    if (config_.fp8->weight_per_channel) {
-      OCTET_ASSIGN_OR_RETURN(std::vector<float> rows,
-                             GetRowScales(weight_scale, t.shape[0]));
-      scales.emplace_back(weight_scale, std::move(rows));
-    } else {
-      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(weight_scale));
-      scales.push_back({weight_scale, {v}});
-    }
-    if (config_.fp8->static_activations) {
-      const std::string input_scale = InputScaleName(want.name);
-      OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(input_scale));
-      scales.push_back({input_scale, {v}});
-    }
-    for (const auto& [name, values] : scales) {
-      for (float v : values) {
-        if (!(std::isfinite(v) && v > 0)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(dir_, ": tensor '", name, "' holds ", v,
-                           "; a scale must be finite and > 0"));
-        }
+    OCTET_RETURN_IF_ERROR(checked);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::CheckTensor(const ExpectedTensor& want) const {
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(want.name));
+  if (t.shape != want.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        t.file, ": tensor '", want.name, "' has shape ", ShapeString(t.shape),
+        " but config.json implies ", ShapeString(want.shape)));
+  }
+  if (IsFloat(t.dtype)) return absl::OkStatus();
+  // Only the projections of an FP8 checkpoint may hold e4m3 codes, and
+  // then with their scales.
+  if (!(want.linear && t.dtype == DType::kE4m3 && config_.fp8)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        t.file, ": tensor '", want.name, "' has dtype ",
+        SafetensorsDTypeName(t.dtype),
+        want.linear ? " but config.json has no fp8 quantization_config"
+                    : ", which only FP8 projection weights may have"));
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> scales;
+  const std::string weight_scale = WeightScaleName(want.name);
+  if (config_.fp8->weight_per_channel) {
+    OCTET_ASSIGN_OR_RETURN(std::vector<float> rows,
+                           GetRowScales(weight_scale, t.shape[0]));
+    scales.emplace_back(weight_scale, std::move(rows));
+  } else {
+    OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(weight_scale));
+    scales.push_back({weight_scale, {v}});
+  }
+  if (config_.fp8->static_activations) {
+    const std::string input_scale = InputScaleName(want.name);
+    OCTET_ASSIGN_OR_RETURN(const float v, GetScalar(input_scale));
+    scales.push_back({input_scale, {v}});
+  }
+  for (const auto& [name, values] : scales) {
+    for (float v : values) {
+      if (!(std::isfinite(v) && v > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir_, ": tensor '", name, "' holds ", v,
+                         "; a scale must be finite and > 0"));
       }
     }
   }

@@ -1,18 +1,25 @@
-// What a checkpoint is to octet, whatever its format: a model config, a
-// tokenizer (or none), and tensors by canonical name (model/tensor_names.h)
-// with their dtype, shape and bytes.
+// What a checkpoint is to octet, whatever its format: a model config and
+// tensors by canonical name (model/tensor_names.h) with their dtype, shape
+// and bytes. Its tokenizer, if any, is read by ReadCheckpointTokenizer.
 //
 // Checkpoint is the interface; each format is one implementation behind
 // Checkpoint::Open, which picks it from the files in the directory. Today:
 // Hugging Face safetensors (model/safetensors_checkpoint.h). A second format
 // (GGUF) is a second implementation mapping its names to the canonical ones;
-// nothing above model/ changes. Formats that store an encoding octet does
-// not read (GGUF's block quantizations) decode a tensor into memory the
-// checkpoint holds from Get until ReleasePages(name).
+// nothing above model/ changes.
+//
+// A tensor's bytes stay valid until ReleasePages(name) (safetensors: for
+// the checkpoint's life; they are mapped). Callers release each tensor once
+// done with it: the loader tensor by tensor, Validate after each check.
+// A format whose encoding octet does not read (GGUF's block quantizations)
+// decodes on Get into memory ReleasePages frees, so what it holds is the
+// tensors in use; the FP8 exporter, which takes every view before it
+// writes, would hold them all.
 //
 // Format-neutral checks live here: Validate (every tensor ExpectedTensors
 // names, with its shape, a usable dtype and, for FP8, its scales) and the
-// scale readers. Immutable after Open; thread-safe.
+// scale readers. Open returns a checked checkpoint; it may be read from
+// several threads.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +43,7 @@ struct TensorView {
   std::string file;  // where it is stored, for messages
   DType dtype;
   std::vector<int64_t> shape;
-  absl::Span<const uint8_t> bytes;  // valid until ReleasePages(name)
+  absl::Span<const uint8_t> bytes;  // see "A tensor's bytes" above
 
   int64_t num_elements() const;
 };
@@ -80,6 +87,9 @@ class Checkpoint {
   absl::Status Validate() const;
 
  private:
+  // Validate's check of one tensor (and its scales).
+  absl::Status CheckTensor(const ExpectedTensor& want) const;
+
   std::string dir_;
   ModelConfig config_;
 };

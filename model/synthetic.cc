@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <map>
 #include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/bf16.h"
@@ -89,24 +89,26 @@ struct Init {
 };
 
 Init InitFor(const ModelConfig& c, const ExpectedTensor& t) {
-  const absl::string_view n = t.name;
+  using L = LayerTensor;
+  const L* part = std::get_if<L>(&t.role);
+  const auto is = [part](L which) { return part != nullptr && *part == which; };
   // Biases (Qwen2's q/k/v) of the order of the projections' outputs.
-  if (absl::EndsWith(t.name, ".bias")) return {0.0f, 0.5f};
+  if (is(L::kQBias) || is(L::kKBias) || is(L::kVBias)) return {0.0f, 0.5f};
   if (t.shape.size() == 1) return {1.0f, 0.05f};  // RMSNorm weights
   const float fan_in = static_cast<float>(t.shape[1]);
-  if (n == "model.embed_tokens.weight") {
+  if (t.role == decltype(t.role){ModelTensor::kEmbedding}) {
     // Tied: the same matrix makes the logits, which must stay of order one.
     return {0.0f, c.tie_word_embeddings ? 1.0f / std::sqrt(fan_in) : 1.0f};
   }
   float s = 1.0f / std::sqrt(fan_in);
-  if (n.find("o_proj") != n.npos || n.find("down_proj") != n.npos) {
+  if (is(L::kO) || is(L::kDown)) {
     s /= std::sqrt(2.0f * static_cast<float>(c.num_layers));
   }
   // Parts of one fused projection differ in scale, as in trained models (so
   // that FP8 loading meets parts with different weight_scales).
-  if (n.find("k_proj") != n.npos) s *= 0.8f;
-  if (n.find("v_proj") != n.npos) s *= 1.25f;
-  if (n.find("up_proj") != n.npos) s *= 0.9f;
+  if (is(L::kK)) s *= 0.8f;
+  if (is(L::kV)) s *= 1.25f;
+  if (is(L::kUp)) s *= 0.9f;
   return {0.0f, s};
 }
 

@@ -1,7 +1,7 @@
 #include "model/tensor_names.h"
 
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace octet {
 namespace {
@@ -49,21 +49,26 @@ std::string WeightScaleName(absl::string_view weight) {
   return absl::StrCat(weight, "_scale");
 }
 
+std::string ModuleName(absl::string_view weight) {
+  absl::ConsumeSuffix(&weight, ".weight");
+  return std::string(weight);
+}
+
 std::string InputScaleName(absl::string_view weight) {
-  absl::string_view stem = weight;
-  absl::ConsumeSuffix(&stem, ".weight");
-  return absl::StrCat(stem, ".input_scale");
+  return absl::StrCat(ModuleName(weight), ".input_scale");
 }
 
 std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
                 kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
   std::vector<ExpectedTensor> out;
-  out.push_back(
-      {TensorName(ModelTensor::kEmbedding), {c.vocab_size, h}, false});
+  auto whole = [&](ModelTensor t, std::vector<int64_t> shape) {
+    out.push_back({TensorName(t), std::move(shape), false, t});
+  };
+  whole(ModelTensor::kEmbedding, {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     auto add = [&](LayerTensor t, std::vector<int64_t> shape, bool linear) {
-      out.push_back({TensorName(i, t), std::move(shape), linear});
+      out.push_back({TensorName(i, t), std::move(shape), linear, t});
     };
     add(LayerTensor::kInputNorm, {h}, false);
     add(LayerTensor::kQ, {q, h}, true);
@@ -84,10 +89,8 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
     add(LayerTensor::kUp, {ff, h}, true);
     add(LayerTensor::kDown, {h, ff}, true);
   }
-  out.push_back({TensorName(ModelTensor::kFinalNorm), {h}, false});
-  if (!c.tie_word_embeddings) {
-    out.push_back({TensorName(ModelTensor::kLmHead), {c.vocab_size, h}, false});
-  }
+  whole(ModelTensor::kFinalNorm, {h});
+  if (!c.tie_word_embeddings) whole(ModelTensor::kLmHead, {c.vocab_size, h});
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -45,11 +46,14 @@ enum class LayerTensor {
 std::string TensorName(ModelTensor t);
 std::string TensorName(int64_t layer, LayerTensor t);
 
+// The module a weight belongs to: its name without ".weight"
+// ("model.layers.3.mlp.up_proj"), as quantization configs' ignore lists
+// name it.
+std::string ModuleName(absl::string_view weight);
 // An FP8 projection's weight scale: "<weight name>_scale" (one value, or one
 // per output row).
 std::string WeightScaleName(absl::string_view weight);
-// Its static activation scale: "<projection>.input_scale", the weight's
-// name without ".weight".
+// Its static activation scale: "<module>.input_scale".
 std::string InputScaleName(absl::string_view weight);
 
 // A tensor a model of some config needs, with its shape.
@@ -57,6 +61,7 @@ struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
   bool linear;  // a projection (q/k/v/o, gate/up/down): FP8-quantizable
+  std::variant<ModelTensor, LayerTensor> role;  // which tensor it is
 };
 
 // Every tensor a Llama-family model of `config` needs, in load order.

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
-#include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "worker/linear_loader.h"
@@ -62,7 +62,9 @@ absl::Status QuantizeRowsInto(const TensorView& t, const CpuKernelOptions& o,
 
 // The quantization_config for `scheme` (Fp8ExportOptions::scheme).
 absl::StatusOr<Fp8CheckpointConfig> ConfigFor(const std::string& scheme) {
-  Fp8CheckpointConfig c{.ignored_layers = {"lm_head"}};
+  // The lm_head is written as it was, and the config says so.
+  Fp8CheckpointConfig c{
+      .ignored_layers = {ModuleName(TensorName(ModelTensor::kLmHead))}};
   if (scheme.empty()) return c;
   c.layout = Fp8CheckpointConfig::Layout::kCompressedTensors;
   if (scheme == "fp8-tensor") return c;

@@ -77,11 +77,11 @@ absl::StatusOr<bool> LeftUnquantized(const Checkpoint& ckpt,
   if (!c.fp8) return false;
   size_t ignored = 0;
   for (const std::string& part : parts) {
-    const absl::string_view module =
-        absl::string_view(part).substr(0, part.size() - sizeof(".weight") + 1);
+    const std::string module = ModuleName(part);
     if (!IsIgnoredLayer(*c.fp8, module)) continue;
     ++ignored;
     OCTET_ASSIGN_OR_RETURN(const TensorView t, ckpt.Get(part));
+    ckpt.ReleasePages(part);  // its dtype is all this needs
     if (t.dtype == DType::kE4m3) {
       return absl::InvalidArgumentError(
           absl::StrCat(t.file, ": '", module,
@@ -196,7 +196,7 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
     lm_head_.full_in = embedding_.full_in;
     lm_head_.dtype = embedding_.dtype;
     lm_head_.data = DeviceBuffer::View(embedding_.data.data(),
-                                 embedding_.data.bytes());  // a view
+                                       embedding_.data.bytes());  // a view
   } else {
     OCTET_ASSIGN_OR_RETURN(
         lm_head_, LoadTable(ckpt, TensorName(ModelTensor::kLmHead), policy,

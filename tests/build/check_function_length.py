@@ -3,7 +3,7 @@
 
     check_function_length.py REPO_ROOT [--limit N] [--all]
 
-Reads every .h, .cc and .cu file of the repository's source floors (not
+Reads every .h, .cuh, .cc and .cu file of the repository's source floors (not
 tests/, not build folders) and finds each function body: a brace block that
 follows a parameter list at namespace or class level. A body longer than
 --limit lines (80), counted from its opening brace to its closing one, is
@@ -23,7 +23,7 @@ import sys
 
 FLOORS = ("base", "kernels", "parallel", "rpc", "model", "worker",
           "coordinator", "tools", "proto")
-SUFFIXES = (".h", ".cc", ".cu")
+SUFFIXES = (".h", ".cuh", ".cc", ".cu")
 
 
 def strip(text):

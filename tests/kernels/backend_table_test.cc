@@ -1035,6 +1035,10 @@ absl::StatusOr<Output> RunScaleRowsUnscaled(Backend& b, const Env&) {
   return o;
 }
 
+// Sample on binary32 logits: greedy, temperature, top-k, top-p, penalty,
+// with log-probabilities. Ids bit for bit: the draws of these few rows are
+// far from a boundary between tokens (a GPU's sums in another order could
+// otherwise move one; tests/kernels/backend_sampling_test.cc has the rest).
 absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
   const int64_t rows = 4, vocab = 1000;
   const std::vector<float> x = F32Values(rows * vocab, 77, 4.0f);
