@@ -52,7 +52,7 @@ def strip(text):
             j = i + 1
             while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1
-            out.append(c + " " * 0 + c)
+            out.append(c + c)  # the literal, emptied
             i = j + 1
         elif c == "#" and (i == 0 or text[i - 1] == "\n"):
             j = i
@@ -77,10 +77,10 @@ def functions(text):
     """(name, first line, body lines, is_kernel) of each function body."""
     s = strip(text)
     found = []
-    stack = []  # kinds: "ns", "class", "fn", "other"
     last = 0  # where the text before the next brace starts
     line = 1
-    opened = []  # (kind, line, name, kernel)
+    opened = []  # open braces: (kind, line, name, kernel); kinds: "ns",
+    # "class", "fn", "other"
     for i, c in enumerate(s):
         if c == "\n":
             line += 1
@@ -88,7 +88,7 @@ def functions(text):
             last = i + 1
         elif c == "{":
             head = " ".join(s[last:i].split())
-            enclosing = stack[-1] if stack else "ns"
+            enclosing = opened[-1][0] if opened else "ns"
             kind = "other"
             name = ""
             if enclosing in ("ns", "class"):
@@ -96,19 +96,16 @@ def functions(text):
                     kind = "ns"
                 elif re.search(r"\b(class|struct|union|enum)\b[^()]*$", head):
                     kind = "class"
-                elif "(" in head and not head.endswith("=") and \
-                        not re.search(r"=\s*$", head):
+                elif "(" in head and not head.endswith("="):
                     kind = "fn"
                     head = re.sub(r"__launch_bounds__\([^)]*\)", "", head)
                     m = re.search(r"([~\w:<>]+)\s*\(", head)
                     name = m.group(1) if m else head[:40]
-            stack.append(kind)
             opened.append((kind, line, name, "__global__" in head))
             last = i + 1
         elif c == "}":
-            if stack:
-                kind = stack.pop()
-                k, start, name, kernel = opened.pop()
+            if opened:
+                kind, start, name, kernel = opened.pop()
                 if kind == "fn":
                     found.append((name, start, line - start + 1, kernel))
             last = i + 1
