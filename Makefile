@@ -76,4 +76,4 @@ run: build
 	BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) .venvs
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) .venvs .cache

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -10,6 +11,8 @@
 #include "base/bf16.h"
 #include "base/f16.h"
 #include "base/status_macros.h"
+#include "model/gguf_checkpoint.h"
+#include "model/gguf_tokenizer.h"
 #include "model/safetensors.h"
 #include "model/safetensors_checkpoint.h"
 
@@ -41,25 +44,62 @@ int64_t TensorView::num_elements() const {
   return n;
 }
 
-// The three functions below are where a directory's format is chosen. Hugging
-// Face safetensors is the default: a directory no other format recognizes
-// is read as one, so that its errors (no config.json, no model.safetensors)
-// are what a user sees. A second format tests for its files first.
+// The three functions below are where a checkpoint's format is chosen: a
+// path naming a file is a GGUF file (model/gguf_checkpoint.h); anything
+// else is read as a Hugging Face safetensors directory, so that its errors
+// (no config.json, no model.safetensors) are what a user sees.
+
+namespace {
+bool IsGgufPath(const std::string& path) {
+  std::error_code ignored;
+  return std::filesystem::is_regular_file(path, ignored);
+}
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
-    const std::string& dir) {
+    const std::string& path) {
+  if (IsGgufPath(path)) {
+    OCTET_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> c,
+                           GgufCheckpoint::Open(path));
+    return std::unique_ptr<Checkpoint>(std::move(c));
+  }
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> c,
-                         SafetensorsCheckpoint::Open(dir));
+                         SafetensorsCheckpoint::Open(path));
   return std::unique_ptr<Checkpoint>(std::move(c));
 }
 
-absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir) {
-  return LoadModelConfig(dir);
+absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& path) {
+  if (!IsGgufPath(path)) return LoadModelConfig(path);
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file,
+                         GgufFile::Open(path));
+  return GgufModelConfig(*file);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
-    const std::string& dir, const ModelConfig& config) {
-  return LoadTokenizerFor(dir, config);
+    const std::string& path, const ModelConfig& config) {
+  if (!IsGgufPath(path)) return LoadTokenizerFor(path, config);
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file,
+                         GgufFile::Open(path));
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, GgufTokenizer(*file));
+  if (t != nullptr && t->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the tokenizer has ", t->vocab_size(),
+        " ids, more than the model's vocabulary of ", config.vocab_size));
+  }
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> ReadTokenizerAlone(
+    const std::string& path) {
+  if (!IsGgufPath(path)) return Tokenizer::Load(path);
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file,
+                         GgufFile::Open(path));
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, GgufTokenizer(*file));
+  if (t == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " has no tokenizer.ggml metadata"));
+  }
+  return t;
 }
 
 absl::Status Checkpoint::Validate() const {

@@ -3,16 +3,16 @@
 // and bytes. Its tokenizer, if any, is read by ReadCheckpointTokenizer.
 //
 // Checkpoint is the interface; each format is one implementation behind
-// Checkpoint::Open, which picks it from the files in the directory. Today:
-// Hugging Face safetensors (model/safetensors_checkpoint.h). A second format
-// (GGUF) is a second implementation mapping its names to the canonical ones;
-// nothing above model/ changes.
+// Checkpoint::Open, which picks it from the path: a Hugging Face directory
+// of safetensors files (model/safetensors_checkpoint.h) or one GGUF file
+// (model/gguf_checkpoint.h), which maps its names to the canonical ones.
+// Nothing above model/ knows which it reads.
 //
 // A tensor's bytes stay valid until ReleasePages(name) (safetensors: for
 // the checkpoint's life; they are mapped). Callers release each tensor once
 // done with it: the loader tensor by tensor, Validate after each check.
-// A format whose encoding octet does not read (GGUF's block quantizations)
-// decodes on Get into memory ReleasePages frees, so what it holds is the
+// A format whose encoding the loader does not read (GGUF's block
+// quantizations) decodes on Get into memory ReleasePages frees, so what it holds is the
 // tensors in use; the FP8 exporter, which takes every view before it
 // writes, would hold them all.
 //
@@ -52,9 +52,10 @@ class Checkpoint {
  public:
   virtual ~Checkpoint() = default;
 
-  // Opens DIR in its format, checks it (Validate) and returns it.
+  // Opens the checkpoint at `path` (a directory, or a GGUF file) in its
+  // format, checks it (Validate) and returns it.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
-      const std::string& dir);
+      const std::string& path);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
@@ -94,11 +95,15 @@ class Checkpoint {
   ModelConfig config_;
 };
 
-// What serving needs without the weights, from the checkpoint in `dir` in
+// What serving needs without the weights, from the checkpoint at `path` in
 // whichever format it is: its config, and its tokenizer (null when it has
 // none; see LoadTokenizerFor).
-absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir);
+absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& path);
 absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
-    const std::string& dir, const ModelConfig& config);
+    const std::string& path, const ModelConfig& config);
+// The tokenizer alone, from a directory that may hold nothing else
+// (Tokenizer::Load) or a GGUF file; NotFound when there is none.
+absl::StatusOr<std::unique_ptr<Tokenizer>> ReadTokenizerAlone(
+    const std::string& path);
 
 }  // namespace octet

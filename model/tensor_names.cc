@@ -68,7 +68,7 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
   whole(ModelTensor::kEmbedding, {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     auto add = [&](LayerTensor t, std::vector<int64_t> shape, bool linear) {
-      out.push_back({TensorName(i, t), std::move(shape), linear, t});
+      out.push_back({TensorName(i, t), std::move(shape), linear, t, i});
     };
     add(LayerTensor::kInputNorm, {h}, false);
     add(LayerTensor::kQ, {q, h}, true);

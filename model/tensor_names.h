@@ -62,6 +62,7 @@ struct ExpectedTensor {
   std::vector<int64_t> shape;
   bool linear;  // a projection (q/k/v/o, gate/up/down): FP8-quantizable
   std::variant<ModelTensor, LayerTensor> role;  // which tensor it is
+  int64_t layer = -1;  // its decoder layer (LayerTensor roles)
 };
 
 // Every tensor a Llama-family model of `config` needs, in load order.

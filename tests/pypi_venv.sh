@@ -1,5 +1,6 @@
 # Sourced by the tests that take a PyPI package as their oracle
-# (tests/model/hf_tokenizers_oracle.sh, tests/tools/compressed_tensors_oracle.sh):
+# (tests/model/hf_tokenizers_oracle.sh, tests/model/gguf_oracle.sh,
+# tests/tools/compressed_tensors_oracle.sh):
 # installs pinned packages into a fresh virtualenv, and tells a network that
 # failed pip (ctest's skip, exit 77) from any other failure (exit 1).
 # The virtualenvs live outside the build folders (CMake's OCTET_PYPI_VENVS,
@@ -68,3 +69,9 @@ pypi_venv() {
   fi
   exec 9>&-  # (closing it releases the lock)
 }
+
+# The packages of the torch virtualenv that the torch-based oracles share
+# (compressed_tensors_oracle.sh, gguf_oracle.sh): one 5.6 GB install, not
+# one each. PyPI's torch wheel brings NVIDIA's CUDA libraries; no GPU is used.
+TORCH_ORACLE_PINS=(torch==2.15.0 transformers==5.25.0 safetensors==0.8.0
+                   compressed-tensors==0.20.1 gguf==0.19.0 accelerate==1.16.0)

@@ -19,6 +19,10 @@
 //   octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]'
 //                [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                [--threads N] [--activation_codes]
+//   octet gguf --model FILE.gguf [--tensor NAME --out FILE]
+//
+// Wherever --model takes a checkpoint, it is a Hugging Face directory or a
+// GGUF file.
 //
 // A bad flag value or a missing argument prints one line and exits with
 // status 2; a failure while working prints the error and exits with 1.
@@ -46,6 +50,7 @@
 #include "octet/v1/generation.grpc.pb.h"
 #include "rpc/tls.h"
 #include "tools/fp8_export.h"
+#include "tools/gguf_command.h"
 #include "tools/logits_command.h"
 #include "tools/tokenize_command.h"
 #include "worker/backends.h"
@@ -54,7 +59,10 @@
 
 ABSL_FLAG(std::string, preset, "", "make-model: the model shape (see --help)");
 ABSL_FLAG(std::string, out, "",
-          "make-model, quantize: the checkpoint directory to write");
+          "make-model, quantize: the checkpoint directory to write; gguf: "
+          "the file to write --tensor's values to");
+ABSL_FLAG(std::string, tensor, "",
+          "gguf: the tensor to decode to binary32 (GGUF's name)");
 ABSL_FLAG(std::string, dtype, "bf16",
           "make-model: weight dtype: bf16, fp16 or fp32");
 ABSL_FLAG(std::string, tokenizer, "sentencepiece",
@@ -68,7 +76,9 @@ ABSL_FLAG(std::string, scheme, "",
           "quantize: empty for vLLM's fp8 layout (per-tensor scales), or a "
           "compressed-tensors scheme: fp8-tensor (per-tensor) or "
           "fp8-channel-token (per-channel weights, per-token activations)");
-ABSL_FLAG(std::string, model, "", "generate: the checkpoint directory");
+ABSL_FLAG(std::string, model, "",
+          "generate, logits, tokenize, gguf: the checkpoint (a directory, or "
+          "a GGUF file)");
 ABSL_FLAG(std::string, quantization, "auto",
           "generate: linear layers: auto (what the checkpoint's config.json "
           "says), none (the checkpoint's dtype) or fp8 (e4m3, per-tensor "
@@ -223,6 +233,17 @@ int Logits() {
     return UsageError(std::string(s.message()));
   }
   absl::Status s = RunLogits(command);
+  return s.ok() ? 0 : Failed(s);
+}
+
+int Gguf() {
+  const GgufCommand command{.path = absl::GetFlag(FLAGS_model),
+                            .tensor = absl::GetFlag(FLAGS_tensor),
+                            .out = absl::GetFlag(FLAGS_out)};
+  if (absl::Status s = CheckGgufCommand(command); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  absl::Status s = RunGguf(command);
   return s.ok() ? 0 : Failed(s);
 }
 
@@ -655,12 +676,16 @@ int Main(int argc, char** argv) {
       "      asks a running coordinator instead (over TLS with --tls_ca)\n"
       "  octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]' "
       "[--quantization auto|none|fp8]\n"
-      "      prints each prompt's last-token logits as JSON (one forward)"));
+      "      prints each prompt's last-token logits as JSON (one forward)\n"
+      "  octet gguf --model FILE.gguf [--tensor NAME --out FILE]\n"
+      "      what a GGUF file holds and how octet reads it; one tensor "
+      "decoded\n"
+      "--model takes a Hugging Face checkpoint directory or a GGUF file."));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
-        "expected one command: make-model, quantize, tokenize, generate or "
-        "logits (octet --help for usage)");
+        "expected one command: make-model, quantize, tokenize, generate, "
+        "logits or gguf (octet --help for usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
@@ -668,6 +693,7 @@ int Main(int argc, char** argv) {
   if (command == "tokenize") return Tokenize();
   if (command == "generate") return Generate();
   if (command == "logits") return Logits();
+  if (command == "gguf") return Gguf();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "model/checkpoint.h"
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -119,10 +120,12 @@ absl::Status CheckTokenizeCommand(const TokenizeCommand& c) {
 }
 
 absl::Status RunTokenize(const TokenizeCommand& c) {
-  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(c.model_dir);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t =
+      ReadTokenizerAlone(c.model_dir);
   if (absl::IsNotFound(t.status())) {
-    return absl::NotFoundError(
-        absl::StrCat(c.model_dir, " has no tokenizer.model or tokenizer.json"));
+    return absl::NotFoundError(absl::StrCat(
+        c.model_dir, " has no tokenizer (tokenizer.model, tokenizer.json, or "
+                     "a GGUF file's tokenizer.ggml)"));
   }
   if (!t.ok()) return t.status();
   if (!c.text.empty()) {

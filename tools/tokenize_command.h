@@ -10,7 +10,8 @@
 //   octet tokenize --model DIR --decode_jsonl FILE   per line (a JSON array
 //       of ids) a line with their text as a JSON string
 //
-// DIR needs only tokenizer.model or tokenizer.json. With add_special false
+// DIR needs only tokenizer.model or tokenizer.json; a GGUF file in its
+// place gives the tokenizer in its metadata. With add_special false
 // the template's special tokens (BOS) are left out.
 #pragma once
 

@@ -1,0 +1,214 @@
+// A GGUF file's tokenizer as tokenizer.json (see gguf_tokenizer.h). The
+// conventions follow transformers' GGUF reader (which the oracle test runs)
+// and llama.cpp's llama-vocab.cpp (which wrote the files).
+#include "model/gguf_tokenizer.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "model/bpe_tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace octet {
+namespace {
+
+using Json = nlohmann::json;
+
+// llama.cpp's token types (tokenizer.ggml.token_type).
+constexpr int64_t kControl = 3;
+constexpr int64_t kUserDefined = 4;
+
+// Qwen2's split pattern: Llama 3's with single digits.
+constexpr char kQwen2SplitPattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+Json SplitStep(const std::string& regex) {
+  return {{"type", "Split"},
+          {"pattern", {{"Regex", regex}}},
+          {"behavior", "Isolated"},
+          {"invert", false}};
+}
+
+Json ByteLevelStep(bool use_regex) {
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", false},
+          {"trim_offsets", false},
+          {"use_regex", use_regex}};
+}
+
+// The pre-tokenizer `tokenizer.ggml.pre` names (llama.cpp's
+// LLAMA_VOCAB_PRE_TYPE_* split patterns), or an error naming it.
+absl::StatusOr<Json> PreTokenizerFor(const std::string& pre,
+                                     const std::string& path) {
+  std::vector<Json> steps;
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+    steps = {SplitStep(kLlama3SplitPattern), ByteLevelStep(false)};
+  } else if (pre == "qwen2") {
+    steps = {SplitStep(kQwen2SplitPattern), ByteLevelStep(false)};
+  } else if (pre == "smollm") {  // single digits, then GPT-2's split
+    steps = {SplitStep("\\p{N}"), ByteLevelStep(true)};
+  } else if (pre == "gpt-2" || pre == "gpt2") {
+    steps = {ByteLevelStep(true)};
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tokenizer.ggml.pre is '", pre,
+        "'; octet knows the pre-tokenizers smollm, llama-bpe, qwen2 and "
+        "gpt-2"));
+  }
+  return Json{{"type", "Sequence"}, {"pretokenizers", steps}};
+}
+
+// GPT-2's byte alphabet: the printable character each byte is written as.
+const std::set<std::string>& ByteAlphabet() {
+  static const std::set<std::string>* alphabet = [] {
+    auto* s = new std::set<std::string>();
+    for (int b = 0; b < 256; ++b) {
+      s->insert(ToByteLevelChars(std::string(1, static_cast<char>(b))));
+    }
+    return s;
+  }();
+  return *alphabet;
+}
+
+// Whether every character of `token` (valid UTF-8) is in the byte alphabet,
+// as a byte-level vocabulary spells its tokens.
+bool SpelledInByteAlphabet(const std::string& token) {
+  for (size_t i = 0; i < token.size();) {
+    const unsigned char c = token[i];
+    const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (!ByteAlphabet().contains(token.substr(i, n))) return false;
+    i += n;
+  }
+  return true;
+}
+
+// The post-processor: BOS before (add_bos_token) and EOS after
+// (add_eos_token), as llama.cpp adds them; null when neither.
+Json PostProcessorFor(const GgufFile& f,
+                      const std::vector<std::string>& tokens) {
+  Json single = Json::array(), specials = Json::object();
+  auto special = [&](const char* flag, const char* id_key, bool before) {
+    const absl::StatusOr<uint64_t> id = f.GetUint(id_key);
+    if (!f.GetBool(flag).value_or(false) || !id.ok() || *id >= tokens.size()) {
+      return;
+    }
+    const std::string& t = tokens[*id];
+    Json item = {{"SpecialToken", {{"id", t}, {"type_id", 0}}}};
+    if (before) {
+      single.insert(single.begin(), item);
+    } else {
+      single.push_back(item);
+    }
+    specials[t] = {{"id", t}, {"ids", {*id}}, {"tokens", {t}}};
+  };
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  special("tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id", true);
+  special("tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id", false);
+  if (specials.empty()) return Json();
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", single},
+          {"special_tokens", specials}};
+}
+
+// The BPE model: vocabulary (respelled in the byte alphabet where the file
+// spells a token otherwise, as transformers does) and merges.
+absl::StatusOr<Json> BpeModelFor(const GgufFile& f,
+                                 const std::vector<std::string>& tokens) {
+  Json vocab = Json::object();
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& t = tokens[id];
+    if (t.empty() || Utf8Lossy(t) != t) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": tokenizer.ggml.tokens[", id,
+          "] is empty or not valid UTF-8"));
+    }
+    vocab[SpelledInByteAlphabet(t) ? t : ToByteLevelChars(t)] = id;
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* merges,
+                         f.GetStrings("tokenizer.ggml.merges"));
+  for (size_t k = 0; k < merges->size(); ++k) {
+    if (Utf8Lossy((*merges)[k]) != (*merges)[k]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": tokenizer.ggml.merges[", k, "] is not valid UTF-8"));
+    }
+  }
+  return Json{{"type", "BPE"},           {"vocab", vocab},
+              {"merges", *merges},       {"byte_fallback", false},
+              {"ignore_merges", false}};
+}
+
+// CONTROL tokens as special added tokens, USER_DEFINED as plain ones (each
+// only when spelled in the byte alphabet: transformers skips the others).
+absl::StatusOr<Json> AddedTokensFor(const GgufFile& f,
+                                    const std::vector<std::string>& tokens) {
+  Json added = Json::array();
+  if (f.FindValue("tokenizer.ggml.token_type") == nullptr) return added;
+  OCTET_ASSIGN_OR_RETURN(const std::vector<int64_t>* types,
+                         f.GetInts("tokenizer.ggml.token_type"));
+  if (types->size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": tokenizer.ggml.token_type has ", types->size(),
+        " entries for ", tokens.size(), " tokens"));
+  }
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const int64_t type = (*types)[id];
+    if ((type != kControl && type != kUserDefined) ||
+        !SpelledInByteAlphabet(tokens[id])) {
+      continue;
+    }
+    added.push_back({{"id", id},
+                     {"content", tokens[id]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", type == kControl}});
+  }
+  return added;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GgufTokenizerJson(const GgufFile& f) {
+  OCTET_ASSIGN_OR_RETURN(const std::string model,
+                         f.GetString("tokenizer.ggml.model"));
+  if (model != "gpt2") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": tokenizer.ggml.model is '", model,
+        "'; octet reads byte-level BPE ('gpt2') tokenizers from GGUF"));
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
+                         f.GetStrings("tokenizer.ggml.tokens"));
+  const std::string pre = f.GetString("tokenizer.ggml.pre").value_or("");
+  OCTET_ASSIGN_OR_RETURN(Json pre_tokenizer, PreTokenizerFor(pre, f.path()));
+  OCTET_ASSIGN_OR_RETURN(Json bpe, BpeModelFor(f, *tokens));
+  OCTET_ASSIGN_OR_RETURN(Json added, AddedTokensFor(f, *tokens));
+  const Json j = {{"version", "1.0"},
+                  {"added_tokens", added},
+                  {"normalizer", nullptr},
+                  {"pre_tokenizer", pre_tokenizer},
+                  {"post_processor", PostProcessorFor(f, *tokens)},
+                  {"decoder", ByteLevelStep(true)},
+                  {"model", bpe}};
+  return j.dump();
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& f) {
+  if (f.FindValue("tokenizer.ggml.model") == nullptr) {
+    return std::unique_ptr<Tokenizer>();
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::string json, GgufTokenizerJson(f));
+  return LoadTokenizerJson(json, absl::StrCat(f.path(), " (tokenizer.ggml)"));
+}
+
+std::string GgufChatTemplate(const GgufFile& f) {
+  return f.GetString("tokenizer.chat_template").value_or("");
+}
+
+}  // namespace octet

