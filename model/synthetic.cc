@@ -145,8 +145,8 @@ absl::Status WriteTensorData(SafetensorsWriter& w, const ExpectedTensor& t,
 }  // namespace
 
 std::vector<std::string> SyntheticPresetNames() {
-  return {"tiny",       "tiny-mistral", "tiny-qwen2",
-          "tiny-qwen3", "llama-1b",     "mistral-7b"};
+  return {"tiny",       "tiny-mistral", "tiny-qwen2", "tiny-qwen3",
+          "tiny-smollm", "llama-1b",    "mistral-7b"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
@@ -176,6 +176,13 @@ absl::StatusOr<ModelConfig> SyntheticPreset(absl::string_view name) {
     c.qk_norm = true;
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
+    return c;
+  }
+  if (name == "tiny-smollm") {  // SmolLM2's shape: heads split by 3, not 2
+    ModelConfig c = Base("LlamaForCausalLM", 96, 2, 3, 1, 32, 192, 384, 1024);
+    c.rope_theta = 100000.0;
+    c.tie_word_embeddings = true;
+    c.rms_norm_eps = 1e-5;
     return c;
   }
   if (name == "llama-1b") {  // Llama 3.2 1B

@@ -4,6 +4,7 @@
 // the check that every rank's FP8 o/down weights share a scale. Tensor names
 // come from model/tensor_names.h; reading and quantizing one weight is
 // worker/linear_loader.h's job.
+#include <bit>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,18 +20,45 @@
 namespace octet {
 namespace {
 
-// The most K blocks of a row-parallel layer: the largest TP degree whose
-// results equal TP = 1's. Fixed, so that TP = 1 cuts K the same way.
+// The most K blocks of a row-parallel layer, before the odd factor below:
+// the largest power-of-two TP degree whose results equal TP = 1's. Fixed,
+// so that TP = 1 cuts K the same way.
 constexpr int64_t kMaxRowParallelBlocks = 8;
 
+// The odd factor of the K block count. TP degree T gets TP = 1's bits when
+// it holds G / T blocks, a power of two (kernels/tree_sum.h), so one count
+// G = odd * 2^j serves the degrees odd * 2^i, i <= j, and no other. A model
+// that splits in two takes odd = 1 (every power-of-two degree); one that
+// does not (SmolLM2's 9 heads) the odd part of the least degree it splits
+// into (3: degrees 3, 6, 12 ...).
+int64_t OddBlockFactor(const ModelConfig& c) {
+  if (CheckTensorParallelSplit(c, 2).ok()) return 1;
+  for (int t = 3; t <= c.num_heads; ++t) {
+    if (CheckTensorParallelSplit(c, t).ok()) return t >> std::countr_zero(
+                                                          static_cast<unsigned>(t));
+  }
+  return 1;
+}
+
 // The K blocks of a row-parallel layer, the same at every TP degree: the
-// largest power of two up to kMaxRowParallelBlocks that divides K. A TP
-// degree that does not divide them gets no block sums (Load), and its sums
-// then depend on the TP degree.
-int64_t GlobalBlocks(int64_t k) {
-  int64_t blocks = kMaxRowParallelBlocks;
+// odd factor times the largest power of two up to kMaxRowParallelBlocks
+// that keeps K divisible (powers of two alone when K is not divisible by
+// the odd factor). A TP degree T for which G / T is not a whole power of
+// two gets no block sums (ChooseRowParallelBlocks), and its sums then
+// depend on the TP degree.
+int64_t GlobalBlocks(const ModelConfig& c, int64_t k) {
+  const int64_t odd = OddBlockFactor(c);
+  int64_t blocks = kMaxRowParallelBlocks * (k % odd == 0 ? odd : 1);
   while (k % blocks != 0) blocks /= 2;
   return blocks;
+}
+
+// Whether `size` ranks can hold equal runs of `global` blocks whose sums
+// add up to one rank's: one rank holds them all; more need power-of-two
+// runs.
+bool SplitsIntoPowerOfTwoRuns(int64_t global, int64_t size) {
+  return size == 1 || (global % size == 0 &&
+                       std::has_single_bit(static_cast<uint64_t>(global / size)));
 }
 
 // This rank's slices of one layer's projections (all of them for one rank).
@@ -153,11 +181,13 @@ void LlamaModel::ChooseRowParallelBlocks() {
   const ModelConfig& c = config_;
   for (auto [blocks, k] : {std::pair{&o_blocks_, c.num_heads * c.head_dim},
                            std::pair{&down_blocks_, c.intermediate_size}}) {
-    blocks->global = GlobalBlocks(k);
-    // A TP degree that does not divide the blocks: this rank's K as one
-    // block, summed in binary32 still, but as the TP degree cuts it.
-    blocks->local =
-        blocks->global % plan_.size == 0 ? blocks->global / plan_.size : 1;
+    blocks->global = GlobalBlocks(c, k);
+    // A TP degree that does not cut the blocks into power-of-two runs: this
+    // rank's K as one block, summed in binary32 still, but as the TP degree
+    // cuts it.
+    blocks->local = SplitsIntoPowerOfTwoRuns(blocks->global, plan_.size)
+                        ? blocks->global / plan_.size
+                        : 1;
   }
 }
 
