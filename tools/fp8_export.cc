@@ -11,6 +11,8 @@
 #include "kernels/fp8.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
+#include "model/gguf.h"
+#include "model/gguf_tokenizer.h"
 #include "worker/linear_loader.h"
 
 namespace octet {
@@ -77,6 +79,9 @@ absl::StatusOr<Fp8CheckpointConfig> ConfigFor(const std::string& scheme) {
 }
 
 // ExportFp8Checkpoint's work; it may throw std::bad_alloc.
+absl::Status CopyTokenizer(const std::string& in_dir,
+                           const std::string& out_dir);
+
 absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                     const Fp8ExportOptions& options) {
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
@@ -140,6 +145,23 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
   config.fp8 = fp8;
   OCTET_RETURN_IF_ERROR(WriteTextFile(
       (fs::path(out_dir) / "config.json").string(), ModelConfigToJson(config)));
+  return CopyTokenizer(in_dir, out_dir);
+}
+
+// The input's tokenizer files beside the output's config.json; a GGUF
+// input's tokenizer.ggml written as tokenizer.json.
+absl::Status CopyTokenizer(const std::string& in_dir,
+                           const std::string& out_dir) {
+  if (fs::is_regular_file(in_dir)) {  // a GGUF file: its tokenizer.ggml
+    OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
+                           GgufFile::Open(in_dir));
+    if (gguf->FindValue("tokenizer.ggml.model") != nullptr) {
+      OCTET_ASSIGN_OR_RETURN(const std::string json, GgufTokenizerJson(*gguf));
+      OCTET_RETURN_IF_ERROR(WriteTextFile(
+          (fs::path(out_dir) / "tokenizer.json").string(), json));
+    }
+    return absl::OkStatus();
+  }
   for (const char* file : {"tokenizer.model", "tokenizer.json"}) {
     const fs::path tokenizer = fs::path(in_dir) / file;
     if (!fs::exists(tokenizer)) continue;

@@ -7,7 +7,7 @@
 // llm-compressor's compressed-tensors for a scheme ("fp8-tensor": per-tensor
 // weights, dynamic per-tensor activations; "fp8-channel-token": per-channel
 // weights, dynamic per-token activations, llm-compressor's FP8_DYNAMIC).
-// The tokenizer is copied.
+// The tokenizer is copied (a GGUF input's is written as tokenizer.json).
 #pragma once
 
 #include <cstdint>

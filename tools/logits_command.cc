@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
+#include "tools/tool_model.h"
 #include "worker/backends.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
@@ -153,6 +154,15 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ParsePrompts(
   return prompts;
 }
 
+namespace {
+ToolModelFlags FlagsOf(const LogitsCommand& c) {
+  return {.path = c.model_dir,
+          .quantization = c.quantization,
+          .device = c.device,
+          .threads = c.threads};
+}
+}  // namespace
+
 absl::Status CheckLogitsCommand(const LogitsCommand& c) {
   if (c.model_dir.empty()) {
     return absl::InvalidArgumentError("logits needs --model DIR");
@@ -160,52 +170,30 @@ absl::Status CheckLogitsCommand(const LogitsCommand& c) {
   if (c.prompts_json.empty()) {
     return absl::InvalidArgumentError("logits needs --prompts_json");
   }
-  if (c.quantization != "auto" && c.quantization != "none" &&
-      c.quantization != "fp8") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--quantization: '", c.quantization, "' is not auto, none or fp8"));
-  }
-  if (absl::Status s = ParseDeviceChoice(c.device).status(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--device: ", s.message()));
-  }
-  if (c.threads < 0 || c.threads > 1024) {
-    return absl::InvalidArgumentError("--threads: must be in [0, 1024]");
-  }
+  OCTET_RETURN_IF_ERROR(CheckToolModelFlags(FlagsOf(c)));
   return ParsePrompts(c.prompts_json).status();
 }
 
 absl::Status RunLogits(const LogitsCommand& c) {
   OCTET_ASSIGN_OR_RETURN(const auto prompts, ParsePrompts(c.prompts_json));
-  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
-                         Checkpoint::Open(c.model_dir));
-  const ModelConfig config = ckpt->config();
-  OCTET_RETURN_IF_ERROR(CheckPromptsFit(prompts, config));
   OCTET_ASSIGN_OR_RETURN(
-      const std::string method,
-      ResolveQuantization(c.quantization, config, c.model_dir));
-  if (c.activation_codes && method != "fp8") {
+      ToolModel m, LoadToolModel(FlagsOf(c), [&](const ModelConfig& config) {
+        return CheckPromptsFit(prompts, config);
+      }));
+  if (c.activation_codes && m.method != "fp8") {
     return absl::InvalidArgumentError(
         "--activation_codes needs FP8 (--quantization fp8, or auto on an FP8 "
         "checkpoint)");
   }
-  ModelOptions options;
-  options.method = method == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
-  options.cpu = {.isa = CpuIsa::kAuto, .num_threads = c.threads};
-  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                         NewBackend(c.device, options.cpu));
-  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                         LlamaModel::Load(*ckpt, *backend, options));
-  ckpt.reset();  // the model holds its own copy
-  const std::string scheme = QuantizationScheme(config, method);
   std::fprintf(stderr, "octet: %s on %s, linear layers %s, %zu prompts\n",
-               c.model_dir.c_str(), backend->Describe().c_str(), scheme.c_str(),
-               prompts.size());
+               c.model_dir.c_str(), m.backend->Describe().c_str(),
+               m.scheme.c_str(), prompts.size());
   ForwardTrace trace;
   trace.record_codes = c.activation_codes;
   std::vector<float> logits;
-  OCTET_RETURN_IF_ERROR(ForwardPrompts(*model, prompts, &logits,
+  OCTET_RETURN_IF_ERROR(ForwardPrompts(*m.model, prompts, &logits,
                                        c.activation_codes ? &trace : nullptr));
-  PrintJson(scheme, logits, config.vocab_size,
+  PrintJson(m.scheme, logits, m.config.vocab_size,
             c.activation_codes ? &trace : nullptr);
   return absl::OkStatus();
 }

@@ -13,12 +13,16 @@
 //                  [--ignore_eos] [--device auto|cpu|cuda] [--threads N]
 //                  [--print_ids]
 //   octet generate --server HOST:PORT (--prompt TEXT | --prompt_ids ...)
-//                  [--stream] [--print_ids] [the sampling flags above]
+//                  [--stream] [--print_ids] [--print_logprobs]
+//                  [the sampling flags above]
 //                  [--tls_ca PEM [--tls_cert PEM --tls_key PEM]
 //                   [--tls_server_name NAME]]
 //   octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]'
 //                [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                [--threads N] [--activation_codes]
+//   octet perplexity --model DIR --text FILE [--window N]
+//                    [--quantization auto|none|fp8] [--device auto|cpu|cuda]
+//                    [--threads N] [--print_logprobs]
 //   octet gguf --model FILE.gguf [--tensor NAME --out FILE]
 //
 // Wherever --model takes a checkpoint, it is a Hugging Face directory or a
@@ -41,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -52,6 +57,7 @@
 #include "tools/fp8_export.h"
 #include "tools/gguf_command.h"
 #include "tools/logits_command.h"
+#include "tools/perplexity_command.h"
 #include "tools/tokenize_command.h"
 #include "worker/backends.h"
 #include "worker/generator.h"
@@ -86,7 +92,14 @@ ABSL_FLAG(std::string, quantization, "auto",
 ABSL_FLAG(bool, quantize_lm_head, false,
           "generate: when serving FP8, the lm_head in FP8 too (one "
           "scale per vocabulary row; CPU only)");
-ABSL_FLAG(std::string, text, "", "tokenize: the text to encode");
+ABSL_FLAG(std::string, text, "",
+          "tokenize: the text to encode; perplexity: the file to score");
+ABSL_FLAG(int64_t, window, 0,
+          "perplexity: tokens per scored window; 0 = the model's context");
+ABSL_FLAG(bool, print_logprobs, false,
+          "perplexity: also print each scored token's log-probability; "
+          "generate --server: the generated tokens' on a line of their own: "
+          "'logprobs: -0.1,-2.5'");
 ABSL_FLAG(std::string, ids, "", "tokenize: the ids to decode (1,2,3)");
 ABSL_FLAG(std::string, jsonl, "",
           "tokenize: encode each line of this file (a JSON string)");
@@ -236,6 +249,22 @@ int Logits() {
   return s.ok() ? 0 : Failed(s);
 }
 
+int Perplexity() {
+  const PerplexityCommand command{
+      .model = {.path = absl::GetFlag(FLAGS_model),
+                .quantization = absl::GetFlag(FLAGS_quantization),
+                .device = absl::GetFlag(FLAGS_device),
+                .threads = absl::GetFlag(FLAGS_threads)},
+      .text_file = absl::GetFlag(FLAGS_text),
+      .window = absl::GetFlag(FLAGS_window),
+      .print_logprobs = absl::GetFlag(FLAGS_print_logprobs)};
+  if (absl::Status s = CheckPerplexityCommand(command); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  absl::Status s = RunPerplexity(command);
+  return s.ok() ? 0 : Failed(s);
+}
+
 int Gguf() {
   const GgufCommand command{.path = absl::GetFlag(FLAGS_model),
                             .tensor = absl::GetFlag(FLAGS_tensor),
@@ -309,6 +338,7 @@ absl::StatusOr<v1::GenerateRequest> RemoteRequestFromFlags() {
   request.mutable_sampling()->set_top_p(
       static_cast<float>(absl::GetFlag(FLAGS_top_p)));
   request.mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
+  request.set_logprobs(absl::GetFlag(FLAGS_print_logprobs));
   const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
   if (max_tokens <= 0 || max_tokens > UINT32_MAX) {
     return absl::InvalidArgumentError("--max_tokens: must be > 0");
@@ -326,12 +356,26 @@ struct RemoteOutcome {
   v1::Usage usage;
   v1::Timings timings;
   std::vector<int32_t> ids;  // the generated tokens
+  std::vector<float> logprobs;  // theirs, with --print_logprobs
 };
 
-// --print_ids: the generated ids on their own line (after the text's).
-void PrintIds(const std::vector<int32_t>& ids) {
-  if (!absl::GetFlag(FLAGS_print_ids)) return;
-  std::printf("ids: %s\n", absl::StrJoin(ids, ",").c_str());
+// --print_ids: the generated ids on their own line (after the text's);
+// --print_logprobs (--server): their log-probabilities on the next, with
+// 9 significant digits (enough to read back the same binary32 value).
+void PrintIds(const std::vector<int32_t>& ids,
+              const std::vector<float>& logprobs = {}) {
+  if (absl::GetFlag(FLAGS_print_ids)) {
+    std::printf("ids: %s\n", absl::StrJoin(ids, ",").c_str());
+  }
+  if (absl::GetFlag(FLAGS_print_logprobs)) {
+    std::printf("logprobs: %s\n",
+                absl::StrJoin(logprobs, ",",
+                              [](std::string* out, float v) {
+                                absl::StrAppend(out,
+                                                absl::StrFormat("%.9g", v));
+                              })
+                    .c_str());
+  }
 }
 
 // Sends the request as a stream, printing the text as the tokens arrive.
@@ -345,6 +389,8 @@ RemoteOutcome GenerateStreaming(v1::Generation::Stub& stub,
     std::fwrite(m.text().data(), 1, m.text().size(), stdout);
     std::fflush(stdout);
     out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    out.logprobs.insert(out.logprobs.end(), m.logprobs().begin(),
+                        m.logprobs().end());
     if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       out.finish = m.finish_reason();
       out.usage = m.usage();
@@ -364,6 +410,7 @@ RemoteOutcome GenerateUnary(v1::Generation::Stub& stub,
   out.status = stub.Generate(&context, request, &r);
   std::fwrite(r.text().data(), 1, r.text().size(), stdout);
   out.ids.assign(r.token_ids().begin(), r.token_ids().end());
+  out.logprobs.assign(r.logprobs().begin(), r.logprobs().end());
   out.finish = r.finish_reason();
   out.usage = r.usage();
   out.timings = r.timings();
@@ -419,7 +466,7 @@ int GenerateRemote(const std::string& server) {
                  out.status.error_message().c_str());
     return 1;
   }
-  PrintIds(out.ids);
+  PrintIds(out.ids, out.logprobs);
   std::fprintf(stderr,
                "octet: %u prompt + %u generated tokens, first token after "
                "%.1f ms, %.1f ms in all, finish: %s\n",
@@ -677,6 +724,9 @@ int Main(int argc, char** argv) {
       "  octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]' "
       "[--quantization auto|none|fp8]\n"
       "      prints each prompt's last-token logits as JSON (one forward)\n"
+      "  octet perplexity --model DIR --text FILE [--window N] "
+      "[--quantization auto|none|fp8]\n"
+      "      scores a text teacher-forced: mean NLL and perplexity as JSON\n"
       "  octet gguf --model FILE.gguf [--tensor NAME --out FILE]\n"
       "      what a GGUF file holds and how octet reads it; one tensor "
       "decoded\n"
@@ -685,7 +735,7 @@ int Main(int argc, char** argv) {
   if (args.size() != 2) {
     return UsageError(
         "expected one command: make-model, quantize, tokenize, generate, "
-        "logits or gguf (octet --help for usage)");
+        "logits, perplexity or gguf (octet --help for usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
@@ -693,6 +743,7 @@ int Main(int argc, char** argv) {
   if (command == "tokenize") return Tokenize();
   if (command == "generate") return Generate();
   if (command == "logits") return Logits();
+  if (command == "perplexity") return Perplexity();
   if (command == "gguf") return Gguf();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));

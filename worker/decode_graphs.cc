@@ -51,6 +51,7 @@ void LlamaModel::PadBatch(int64_t bucket, int64_t width, HostBatch& batch) {
     batch.slots.push_back(-1);  // writes no KV
     batch.token_seq.push_back(static_cast<int32_t>(i));
     batch.last_rows.push_back(static_cast<int32_t>(i));
+    batch.logit_rows.push_back(static_cast<int32_t>(i));
   }
 }
 
@@ -60,11 +61,11 @@ absl::Status LlamaModel::ComputeWithGraph(int64_t bucket,
   DecodeGraph& g = graphs_[bucket];
   if (g.failed || g.runs++ == 0) {
     if (!g.failed) ++graph_stats_.warmups;
-    return Compute(meta, bucket, cache, nullptr);
+    return Compute(meta, bucket, bucket, cache, nullptr);
   }
   if (g.work == nullptr) {
     OCTET_RETURN_IF_ERROR(backend_.BeginCapture());
-    const absl::Status computed = Compute(meta, bucket, cache, nullptr);
+    const absl::Status computed = Compute(meta, bucket, bucket, cache, nullptr);
     absl::StatusOr<std::unique_ptr<CapturedWork>> work = backend_.EndCapture();
     if (!computed.ok() || !work.ok()) {
       // Not worth failing a step for: this bucket runs as usual from now.
@@ -76,7 +77,7 @@ absl::Status LlamaModel::ComputeWithGraph(int64_t bucket,
                    std::string(computed.ok() ? work.status().message()
                                              : computed.message())
                        .c_str());
-      return Compute(meta, bucket, cache, nullptr);
+      return Compute(meta, bucket, bucket, cache, nullptr);
     }
     g.work = *std::move(work);
     ++graph_stats_.captures;

@@ -83,7 +83,14 @@ absl::StatusOr<LlamaModel::HostBatch> LlamaModel::BuildBatch(
                                                  pos % cache.block_size()));
       batch.token_seq.push_back(static_cast<int32_t>(i));
     }
-    batch.last_rows.push_back(static_cast<int32_t>(batch.ids.size() - 1));
+    const int32_t last = static_cast<int32_t>(batch.ids.size() - 1);
+    batch.last_rows.push_back(last);
+    for (int32_t row = s.all_logits ? last - static_cast<int32_t>(
+                                                 s.tokens.size() - 1)
+                                    : last;
+         row <= last; ++row) {
+      batch.logit_rows.push_back(row);
+    }
   }
   // Query tiles only where a prompt chunk makes them pay; a decode batch's
   // shapes stay fixed for its graph.
@@ -104,9 +111,8 @@ absl::StatusOr<LlamaModel::HostBatch> LlamaModel::BuildBatch(
 }
 
 absl::Status LlamaModel::UploadBatch(const HostBatch& batch) {
-  const int64_t num_seqs = batch.num_seqs();
-  OCTET_RETURN_IF_ERROR(
-      Reserve(batch.num_tokens(), num_seqs, num_seqs * batch.max_blocks));
+  OCTET_RETURN_IF_ERROR(Reserve(batch.num_tokens(), batch.num_logit_rows(),
+                                batch.num_seqs() * batch.max_blocks));
   // One copy: the arrays at their places in the metadata buffer (where
   // Reserve laid them out).
   const Scratch& s = scratch_;
@@ -117,7 +123,7 @@ absl::Status LlamaModel::UploadBatch(const HostBatch& batch) {
         std::pair{&batch.slots, s.slots},
         std::pair{&batch.token_seq, s.token_seq},
         std::pair{&batch.query_tiles, s.query_tiles},
-        std::pair{&batch.last_rows, s.last_rows},
+        std::pair{&batch.logit_rows, s.logit_rows},
         std::pair{&batch.tables, s.tables}}) {
     std::copy(src->begin(), src->end(), host.begin() + (at - base));
   }

@@ -14,19 +14,20 @@ namespace octet {
 namespace {
 
 // Where each array of a forward's metadata sits in Scratch::metadata, in
-// int32 elements, for capacities of `tokens`, `seqs` and `table_entries`.
+// int32 elements, for capacities of `tokens`, `rows` (logit rows) and
+// `table_entries`.
 struct MetadataLayout {
-  MetadataLayout(int64_t tokens, int64_t seqs, int64_t table_entries)
+  MetadataLayout(int64_t tokens, int64_t rows, int64_t table_entries)
       : positions(tokens),
         slots(2 * tokens),
         token_seq(3 * tokens),
         query_tiles(4 * tokens),  // at most one tile per token
-        last_rows(6 * tokens),
-        tables(6 * tokens + seqs),
+        logit_rows(6 * tokens),
+        tables(6 * tokens + rows),
         end(tables + table_entries) {}
   size_t bytes() const { return end * sizeof(int32_t); }
 
-  int64_t ids = 0, positions, slots, token_seq, query_tiles, last_rows, tables,
+  int64_t ids = 0, positions, slots, token_seq, query_tiles, logit_rows, tables,
           end;
 };
 
@@ -39,12 +40,12 @@ absl::Status Grow(Backend& backend, DeviceBuffer& buf, size_t bytes) {
 
 }  // namespace
 
-absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
+absl::Status LlamaModel::Reserve(int64_t tokens, int64_t rows,
                                  int64_t table_entries) {
   Scratch& s = scratch_;
   const ModelConfig& c = config_;
   const size_t act = DTypeSize(backend_.activation_dtype());
-  bool grew = tokens > s.tokens || seqs > s.seqs;
+  bool grew = tokens > s.tokens || rows > s.rows;
   if (tokens > s.tokens) {
     const int64_t qkv = (plan_.heads + 2 * plan_.kv_heads) * c.head_dim;
     const int64_t widest_in =
@@ -66,33 +67,34 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
     }
     s.tokens = tokens;
   }
-  if (seqs > s.seqs) {
+  if (rows > s.rows) {  // logit rows: one per sequence, or more
     OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.last_hidden, seqs * c.hidden_size * act));
+        Grow(backend_, s.last_hidden, rows * c.hidden_size * act));
     OCTET_RETURN_IF_ERROR(
-        Grow(backend_, s.logits, seqs * c.vocab_size * sizeof(float)));
+        Grow(backend_, s.logits, rows * c.vocab_size * sizeof(float)));
     if (plan_.size > 1) {
       OCTET_RETURN_IF_ERROR(
-          Grow(backend_, s.local_logits, seqs * plan_.vocab * sizeof(float)));
+          Grow(backend_, s.local_logits, rows * plan_.vocab * sizeof(float)));
       OCTET_RETURN_IF_ERROR(
-          Grow(backend_, s.gathered, seqs * c.vocab_size * sizeof(float)));
+          Grow(backend_, s.gathered, rows * c.vocab_size * sizeof(float)));
     }
-    s.seqs = seqs;
+    s.rows = rows;
   }
   // FP8 scales: one per sequence, or per token (row_ids: each row its own
   // group).
-  if (const int64_t rows = std::max(s.tokens, s.seqs); rows > s.scale_rows) {
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, rows * sizeof(float)));
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, rows * sizeof(float)));
-    std::vector<int32_t> ids(rows);
+  if (const int64_t scaled = std::max(s.tokens, s.rows);
+      scaled > s.scale_rows) {
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.absmax, scaled * sizeof(float)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.act_scale, scaled * sizeof(float)));
+    std::vector<int32_t> ids(scaled);
     std::iota(ids.begin(), ids.end(), 0);
-    OCTET_RETURN_IF_ERROR(Grow(backend_, s.row_ids, rows * sizeof(int32_t)));
+    OCTET_RETURN_IF_ERROR(Grow(backend_, s.row_ids, scaled * sizeof(int32_t)));
     OCTET_RETURN_IF_ERROR(backend_.CopyToDevice(s.row_ids.data(), ids.data(),
-                                                rows * sizeof(int32_t)));
-    s.scale_rows = rows;
+                                                scaled * sizeof(int32_t)));
+    s.scale_rows = scaled;
   }
   if (table_entries > s.table_entries) s.table_entries = table_entries;
-  const MetadataLayout layout(s.tokens, s.seqs, s.table_entries);
+  const MetadataLayout layout(s.tokens, s.rows, s.table_entries);
   if (s.metadata.bytes() < layout.bytes()) {
     OCTET_RETURN_IF_ERROR(Grow(backend_, s.metadata, layout.bytes()));
     grew = true;
@@ -103,7 +105,7 @@ absl::Status LlamaModel::Reserve(int64_t tokens, int64_t seqs,
   s.slots = base + layout.slots;
   s.token_seq = base + layout.token_seq;
   s.query_tiles = base + layout.query_tiles;
-  s.last_rows = base + layout.last_rows;
+  s.logit_rows = base + layout.logit_rows;
   s.tables = base + layout.tables;
   // Captures name the buffers they were captured with.
   if (grew && !graphs_.empty()) InvalidateGraphs();

@@ -39,7 +39,11 @@ absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
                                  ForwardTrace* trace) {
   OCTET_RETURN_IF_ERROR(Run(steps, cache, trace));
   OCTET_RETURN_IF_ERROR(AwaitCollectives());
-  logits->resize(steps.size() * config_.vocab_size);
+  int64_t rows = 0;
+  for (const SequenceStep& s : steps) {
+    rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  }
+  logits->resize(rows * config_.vocab_size);
   return backend_.CopyToHost(logits->data(), scratch_.logits.data(),
                              logits->size() * sizeof(float));
 }
@@ -48,6 +52,12 @@ absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
                                        KvCache& cache,
                                        absl::Span<const SampleRow> rows,
                                        std::vector<SampledToken>* tokens) {
+  for (const SequenceStep& s : steps) {
+    if (s.all_logits) {
+      return absl::InvalidArgumentError(
+          "ForwardSample: all_logits is for Forward (scoring), not sampling");
+    }
+  }
   for (const SampleRow& r : rows) {
     if (r.logits_row < 0 ||
         r.logits_row >= static_cast<int64_t>(steps.size())) {
@@ -164,23 +174,23 @@ absl::Status LlamaModel::RecordLayerRms(int64_t tokens, ForwardTrace* trace) {
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::Logits(int64_t tokens, int64_t num_seqs) {
+absl::Status LlamaModel::Logits(int64_t tokens, int64_t rows) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   Scratch& s = scratch_;
   OCTET_RETURN_IF_ERROR(backend_.RmsNorm(s.h.data(), final_norm_.as<float>(),
                                          tokens, h, eps, s.x.data()));
-  OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h, s.last_rows,
-                                            num_seqs, s.last_hidden.data()));
-  if (plan_.size == 1) return LmHead(num_seqs, s.logits.data());
+  OCTET_RETURN_IF_ERROR(backend_.GatherRows(s.x.data(), h, s.logit_rows, rows,
+                                            s.last_hidden.data()));
+  if (plan_.size == 1) return LmHead(rows, s.logits.data());
   // Vocabulary-parallel lm_head: each rank's [seqs][vocab / size] logits,
   // gathered as [size][seqs][vocab / size], laid out as [seqs][vocab].
-  OCTET_RETURN_IF_ERROR(LmHead(num_seqs, s.local_logits.data()));
-  const int64_t part = num_seqs * plan_.vocab;
+  OCTET_RETURN_IF_ERROR(LmHead(rows, s.local_logits.data()));
+  const int64_t part = rows * plan_.vocab;
   OCTET_RETURN_IF_ERROR(options_.comm->AllGather(s.local_logits.as<float>(),
                                                  part, s.gathered.as<float>()));
-  return backend_.InterleaveParts(s.gathered.as<float>(), plan_.size, num_seqs,
+  return backend_.InterleaveParts(s.gathered.as<float>(), plan_.size, rows,
                                   plan_.vocab, s.logits.as<float>());
 }
 
@@ -222,12 +232,12 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   OCTET_RETURN_IF_ERROR(UploadBatch(batch));
   const AttentionMetadata meta = BatchMetadata(batch, cache);
   if (bucket > 0) return ComputeWithGraph(bucket, meta, cache);
-  return Compute(meta, batch.num_seqs(), cache, trace);
+  return Compute(meta, batch.num_seqs(), batch.num_logit_rows(), cache, trace);
 }
 
 absl::Status LlamaModel::Compute(const AttentionMetadata& meta,
-                                 int64_t num_seqs, KvCache& cache,
-                                 ForwardTrace* trace) {
+                                 int64_t num_seqs, int64_t logit_rows,
+                                 KvCache& cache, ForwardTrace* trace) {
   const int64_t tokens = meta.num_tokens;
   // The groups of the activations' dynamic FP8 scales: each sequence, or
   // each token when the checkpoint's scheme says so (per_token_scales_).
@@ -249,7 +259,7 @@ absl::Status LlamaModel::Compute(const AttentionMetadata& meta,
       OCTET_RETURN_IF_ERROR(RecordLayerRms(tokens, trace));
     }
   }
-  return Logits(tokens, num_seqs);
+  return Logits(tokens, logit_rows);
 }
 
 }  // namespace octet

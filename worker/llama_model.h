@@ -85,6 +85,9 @@ struct SequenceStep {
   int64_t start_position = 0;   // tokens of this sequence already cached
   // Blocks covering start_position + tokens.size() tokens (KvCache::Reserve).
   const std::vector<int32_t>* block_table = nullptr;
+  // The logits of every new token, not only the last: what scoring a text
+  // (prompt log-probabilities, perplexity) needs. Forward only.
+  bool all_logits = false;
 };
 
 // What a forward pass leaves for inspection (tests, tools). Costly: every
@@ -127,7 +130,9 @@ class LlamaModel {
 
   // Runs the steps through the model, writing their keys and values into
   // `cache`, and returns in `logits` the binary32 logits of each step's last
-  // token ([steps][vocab]). Token ids must be below vocab_size and positions
+  // token, or of all its tokens with all_logits, in step order
+  // ([rows][vocab]). A row's logits do not depend on which other rows come
+  // out. Token ids must be below vocab_size and positions
   // below max_position_embeddings (InvalidArgument otherwise).
   absl::Status Forward(absl::Span<const SequenceStep> steps, KvCache& cache,
                        std::vector<float>* logits,
@@ -175,7 +180,7 @@ class LlamaModel {
   };
   // Device scratch that grows with the largest forward seen.
   struct Scratch {
-    int64_t tokens = 0, seqs = 0, table_entries = 0;
+    int64_t tokens = 0, rows = 0, table_entries = 0;
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     // Row-parallel block sums, binary32 [tokens][hidden], when the
@@ -183,11 +188,11 @@ class LlamaModel {
     DeviceBuffer sums;
     // A forward's metadata in one buffer, so that it goes up in one copy:
     // ids, positions, slots, token_seq [tokens]; query_tiles [2 * tokens];
-    // last_rows [seqs]; tables [table_entries] (int32, at the offsets of
+    // logit_rows [rows]; tables [table_entries] (int32, at the offsets of
     // MetadataLayout).
     DeviceBuffer metadata;
     int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr,
-            *token_seq = nullptr, *query_tiles = nullptr, *last_rows = nullptr,
+            *token_seq = nullptr, *query_tiles = nullptr, *logit_rows = nullptr,
             *tables = nullptr;
     DeviceBuffer last_hidden, logits;
     DeviceBuffer local_logits, gathered;  // tensor parallelism
@@ -203,6 +208,9 @@ class LlamaModel {
     // Per new token: its id, position, cache slot and sequence.
     std::vector<int32_t> ids, positions, slots, token_seq;
     std::vector<int32_t> last_rows;  // per sequence: the row of its last token
+    // The rows whose logits come out: each sequence's last, or every row of
+    // an all_logits step.
+    std::vector<int32_t> logit_rows;
     std::vector<int32_t> tables;     // [sequences][max_blocks] block ids
     int64_t max_blocks = 1;
     // For backends that tile queries, in a batch with a prompt chunk:
@@ -211,6 +219,9 @@ class LlamaModel {
 
     int64_t num_tokens() const { return static_cast<int64_t>(ids.size()); }
     int64_t num_seqs() const { return static_cast<int64_t>(last_rows.size()); }
+    int64_t num_logit_rows() const {
+      return static_cast<int64_t>(logit_rows.size());
+    }
   };
   // A decode batch size's captured forward.
   struct DecodeGraph {
@@ -242,7 +253,7 @@ class LlamaModel {
   // one scale (one all-gather at load).
   absl::Status CheckSharedWeightScales();
 
-  // The forward pass; leaves the binary32 logits [steps][vocab] in
+  // The forward pass; leaves the binary32 logits [logit rows][vocab] in
   // scratch_.logits on the device. Its steps follow, in order.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
                    ForwardTrace* trace);
@@ -256,7 +267,8 @@ class LlamaModel {
   // The device work of a forward whose batch is uploaded: embed, layers,
   // logits.
   absl::Status Compute(const AttentionMetadata& meta, int64_t num_seqs,
-                       KvCache& cache, ForwardTrace* trace);
+                       int64_t logit_rows, KvCache& cache,
+                       ForwardTrace* trace);
   // Compute for a padded decode batch through its bucket's graph: the
   // first decode of a bucket runs as usual (allocating and planning what it
   // needs), the second is captured, then each replays the capture.
@@ -285,9 +297,9 @@ class LlamaModel {
                         const RowGroups& seqs, ForwardTrace* trace);
   // Appends the RMS of the residual stream to trace->layer_rms.
   absl::Status RecordLayerRms(int64_t tokens, ForwardTrace* trace);
-  // Final norm and lm_head on each sequence's last token, into
-  // scratch_.logits (gathered from the ranks' vocabulary slices).
-  absl::Status Logits(int64_t tokens, int64_t num_seqs);
+  // Final norm and lm_head on the `rows` logit rows (HostBatch::logit_rows),
+  // into scratch_.logits (gathered from the ranks' vocabulary slices).
+  absl::Status Logits(int64_t tokens, int64_t rows);
 
   // Forward's building blocks.
 
@@ -305,8 +317,9 @@ class LlamaModel {
                                 const FusedInput& producer, int64_t rows,
                                 int64_t cols, void* dst);
 
-  // Grows the scratch to hold a forward of this size.
-  absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
+  // Grows the scratch to hold a forward of this size: `rows` logit rows (at
+  // least one per sequence).
+  absl::Status Reserve(int64_t tokens, int64_t rows, int64_t table_entries);
   // y = x·Wᵀ; FP8 weights quantize x with one scale per sequence (`seqs`).
   // `row_parallel`: x is this rank's slice of the input.
   absl::Status Linear(const LinearWeight& w, const Input& x, int64_t rows,

