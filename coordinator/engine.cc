@@ -21,6 +21,10 @@ struct Engine::Active {
   std::string text;                   // generated so far (stop strings cut off)
   size_t sent = 0;                    // bytes of `text` delivered
   int64_t generated = 0;
+  // With prompt_logprobs: prompt token i + 1's at index i, and how many of
+  // them the workers have sent.
+  std::vector<float> prompt_logprobs;
+  int64_t prompt_scored = 0;
   int group_failures = 0;  // worker groups that failed while it ran
   absl::Time arrival, first_token, last_token;
 };
@@ -280,6 +284,7 @@ bool Engine::Deliver(Active& a, int32_t token, float logprob) {
   Delta d;
   d.token_ids.push_back(token);
   if (a.request.logprobs) d.logprobs.push_back(logprob);
+  if (a.generated == 1) d.prompt_logprobs = std::move(a.prompt_logprobs);
   const ValidRequest& r = a.request;
   bool stopped = Contains(r.stop_token_ids, token);
   const bool eos = !stopped && Contains(r.eos_ids, token);
@@ -322,11 +327,36 @@ bool Engine::Deliver(Active& a, int32_t token, float logprob) {
   return false;
 }
 
+void Engine::AskPromptLogprobs(Active& a, const ScheduledSeq& q,
+                               rpc::SequenceStep& s) {
+  const std::vector<int32_t>& prompt = a.request.prompt;
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  // Scored once: a prompt fed again (after a preemption) was scored before.
+  if (!a.request.prompt_logprobs || q.start >= length ||
+      a.prompt_scored == length - 1) {
+    return;
+  }
+  a.prompt_logprobs.resize(length - 1);
+  s.set_prompt_logprobs(true);
+  const int64_t next = q.start + static_cast<int64_t>(q.tokens.size());
+  if (next < length) s.set_next_token(prompt[next]);
+}
+
+void Engine::KeepPromptLogprobs(Active& a, const rpc::PromptLogprobs& p) {
+  const int64_t length = static_cast<int64_t>(a.request.prompt.size());
+  for (int k = 0; k < p.logprobs_size(); ++k) {
+    const int64_t position = p.first_position() + k;
+    if (position < 1 || position >= length) continue;  // a generated token's
+    a.prompt_logprobs[position - 1] = p.logprobs(k);
+    ++a.prompt_scored;
+  }
+}
+
 void Engine::RunStep(const StepPlan& plan) {
   rpc::StepRequest request;
   request.set_step(++steps_);
   for (const ScheduledSeq& q : plan.seqs) {
-    const Active& a = *active_.at(q.id);
+    Active& a = *active_.at(q.id);
     rpc::SequenceStep* s = request.add_seqs();
     s->set_seq_id(q.id);
     s->set_start(q.start);
@@ -340,6 +370,7 @@ void Engine::RunStep(const StepPlan& plan) {
     p->set_seed(a.seed);
     p->set_repetition_penalty(a.request.repetition_penalty);
     s->set_logprobs(a.request.logprobs);
+    AskPromptLogprobs(a, q, *s);
   }
   in_step_ = true;
   absl::StatusOr<rpc::StepResponse> response =
@@ -352,6 +383,10 @@ void Engine::RunStep(const StepPlan& plan) {
     if (!group_->failed().ok()) return;  // replaced by the loop
     RefusedStep(plan, response.status());
     return;
+  }
+  for (const rpc::PromptLogprobs& p : response->prompt_logprobs()) {
+    auto it = active_.find(p.seq_id());
+    if (it != active_.end()) KeepPromptLogprobs(*it->second, p);
   }
   for (const rpc::SampledToken& t : response->tokens()) {
     auto it = active_.find(t.seq_id());

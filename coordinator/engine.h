@@ -84,6 +84,8 @@ struct Delta {
   std::string text;
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;  // when asked for: one per token id
+  // When asked for, with the first token: prompt token i + 1's at index i.
+  std::vector<float> prompt_logprobs;
 };
 
 struct Outcome {
@@ -182,6 +184,11 @@ class Engine {
   void RefusedStep(const StepPlan& plan, const absl::Status& why);
   // Hands `token` to its request; true when the request is done.
   bool Deliver(Active& a, int32_t token, float logprob);
+  // prompt_logprobs: asks a step of `a`'s prompt to score its tokens, and
+  // keeps what the workers send back.
+  void AskPromptLogprobs(Active& a, const ScheduledSeq& q,
+                         internal::v1::SequenceStep& s);
+  void KeepPromptLogprobs(Active& a, const internal::v1::PromptLogprobs& p);
   void End(Active& a, const absl::Status& status, Finish finish);
   // Ends a request the scheduler holds, before its end (cancelled, refused,
   // or past its group failures): its blocks, its entry and its state on the

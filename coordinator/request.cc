@@ -178,6 +178,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
   OCTET_RETURN_IF_ERROR(CheckSampling(request.sampling(), &out));
   OCTET_RETURN_IF_ERROR(CheckStopping(request.stopping(), limits, &out));
   out.logprobs = request.logprobs();
+  out.prompt_logprobs = request.prompt_logprobs();
   return out;
 }
 

@@ -51,6 +51,7 @@ struct ValidRequest {
   std::vector<int32_t> stop_token_ids;
   std::vector<int32_t> eos_ids;
   bool logprobs = false;
+  bool prompt_logprobs = false;
   std::string request_id;  // empty: the caller assigns one
 };
 

@@ -25,6 +25,8 @@ void AddDelta(const Delta& d, M* m) {
   m->mutable_text()->append(d.text);
   m->mutable_token_ids()->Add(d.token_ids.begin(), d.token_ids.end());
   m->mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
+  m->mutable_prompt_logprobs()->Add(d.prompt_logprobs.begin(),
+                                    d.prompt_logprobs.end());
 }
 
 // Usage and timings of a finished request into a response message.

@@ -23,6 +23,7 @@
 //   octet perplexity --model DIR --text FILE [--window N]
 //                    [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                    [--threads N] [--print_logprobs]
+//   octet perplexity --server HOST:PORT --model DIR --text FILE --window N
 //   octet gguf --model FILE.gguf [--tensor NAME --out FILE]
 //
 // Wherever --model takes a checkpoint, it is a Hugging Face directory or a
@@ -131,8 +132,8 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(int32_t, threads, 0,
           "generate, quantize: CPU threads; 0 = one per core");
 ABSL_FLAG(std::string, server, "",
-          "generate: HOST:PORT of a coordinator to ask instead of loading "
-          "the model here");
+          "generate, perplexity: HOST:PORT of a coordinator to ask instead of "
+          "loading the model here");
 ABSL_FLAG(bool, print_ids, false,
           "generate: after the text, print the generated token ids on a line "
           "of their own: 'ids: 1,2,3'");
@@ -246,22 +247,6 @@ int Logits() {
     return UsageError(std::string(s.message()));
   }
   absl::Status s = RunLogits(command);
-  return s.ok() ? 0 : Failed(s);
-}
-
-int Perplexity() {
-  const PerplexityCommand command{
-      .model = {.path = absl::GetFlag(FLAGS_model),
-                .quantization = absl::GetFlag(FLAGS_quantization),
-                .device = absl::GetFlag(FLAGS_device),
-                .threads = absl::GetFlag(FLAGS_threads)},
-      .text_file = absl::GetFlag(FLAGS_text),
-      .window = absl::GetFlag(FLAGS_window),
-      .print_logprobs = absl::GetFlag(FLAGS_print_logprobs)};
-  if (absl::Status s = CheckPerplexityCommand(command); !s.ok()) {
-    return UsageError(std::string(s.message()));
-  }
-  absl::Status s = RunPerplexity(command);
   return s.ok() ? 0 : Failed(s);
 }
 
@@ -474,6 +459,56 @@ int GenerateRemote(const std::string& server) {
                out.timings.time_to_first_token_seconds() * 1e3,
                out.timings.total_seconds() * 1e3, FinishName(out.finish));
   return 0;
+}
+
+// A window's prompt log-probabilities from the coordinator at `stub`: one
+// greedy token generated, prompt_logprobs asked for.
+absl::StatusOr<std::vector<float>> ScoreOnServer(
+    v1::Generation::Stub& stub, const std::vector<int32_t>& window) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->mutable_ids()->Add(window.begin(), window.end());
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_stopping()->set_max_new_tokens(1);
+  request.set_prompt_logprobs(true);
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  const grpc::Status s = stub.Generate(&context, request, &response);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the server: ", s.error_message()));
+  }
+  return std::vector<float>(response.prompt_logprobs().begin(),
+                            response.prompt_logprobs().end());
+}
+
+int Perplexity() {
+  PerplexityCommand command{
+      .model = {.path = absl::GetFlag(FLAGS_model),
+                .quantization = absl::GetFlag(FLAGS_quantization),
+                .device = absl::GetFlag(FLAGS_device),
+                .threads = absl::GetFlag(FLAGS_threads)},
+      .text_file = absl::GetFlag(FLAGS_text),
+      .window = absl::GetFlag(FLAGS_window),
+      .print_logprobs = absl::GetFlag(FLAGS_print_logprobs),
+      .server = absl::GetFlag(FLAGS_server),
+      .remote = nullptr};
+  if (absl::Status s = CheckPerplexityCommand(command); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  std::unique_ptr<v1::Generation::Stub> stub;
+  if (!command.server.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        ServerChannel(command.server);
+    if (!channel.ok()) {
+      return UsageError(std::string(channel.status().message()));
+    }
+    stub = v1::Generation::NewStub(*channel);
+    command.remote = [&stub](const std::vector<int32_t>& window) {
+      return ScoreOnServer(*stub, window);
+    };
+  }
+  absl::Status s = RunPerplexity(command);
+  return s.ok() ? 0 : Failed(s);
 }
 
 // The flags of a local `octet generate`, checked.

@@ -9,13 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "worker/kv_cache.h"
 
 namespace octet {
 namespace {
 
-constexpr int64_t kChunk = 512;  // tokens per forward
 constexpr int64_t kBlockSize = 16;
 constexpr size_t kMaxTextBytes = size_t{64} << 20;
 
@@ -25,11 +25,11 @@ struct Scores {
   std::vector<double> logprobs;  // each scored token's, in text order
 };
 
-// Scores ids[begin, end) as one window: forwards it in chunks, each token's
-// logits predicting the next token of the window.
+// Scores ids[begin, end) as one window, in one forward as a coordinator
+// runs a prompt (never split: FP8's activation scales are per forward),
+// each token's logits predicting the next token of the window.
 absl::Status ScoreWindow(LlamaModel& model, const std::vector<int32_t>& ids,
-                         int64_t begin, int64_t end, int64_t vocab,
-                         Scores* out) {
+                         int64_t begin, int64_t end, Scores* out) {
   OCTET_ASSIGN_OR_RETURN(
       std::unique_ptr<KvCache> cache,
       model.NewKvCache({.block_size = kBlockSize,
@@ -37,30 +37,26 @@ absl::Status ScoreWindow(LlamaModel& model, const std::vector<int32_t>& ids,
                                       kBlockSize}));
   std::vector<int32_t> table;
   OCTET_RETURN_IF_ERROR(cache->Reserve(end - begin, &table));
-  std::vector<float> logits;
-  for (int64_t at = begin; at < end; at += kChunk) {
-    const int64_t n = std::min(kChunk, end - at);
-    SequenceStep step{std::vector<int32_t>(ids.begin() + at,
-                                           ids.begin() + at + n),
-                      at - begin, &table, /*all_logits=*/true};
-    OCTET_RETURN_IF_ERROR(model.Forward({&step, 1}, *cache, &logits));
-    for (int64_t r = 0; r < n && at + r + 1 < end; ++r) {
-      out->logprobs.push_back(TokenLogprob(
-          absl::MakeConstSpan(logits.data() + r * vocab, vocab),
-          ids[at + r + 1]));
-    }
-  }
+  SequenceStep step{std::vector<int32_t>(ids.begin() + begin, ids.begin() + end),
+                    0, &table, /*all_logits=*/true};
+  std::vector<SampledToken> none;
+  OCTET_RETURN_IF_ERROR(model.ForwardSample({&step, 1}, *cache, {}, &none));
+  const std::vector<int32_t> targets(ids.begin() + begin + 1,
+                                     ids.begin() + end);
+  std::vector<float> logprobs;
+  OCTET_RETURN_IF_ERROR(model.ScoreRows(0, targets, &logprobs));
+  out->logprobs.insert(out->logprobs.end(), logprobs.begin(), logprobs.end());
   ++out->windows;
   return absl::OkStatus();
 }
 
-void PrintResult(const PerplexityCommand& c, const ToolModel& m,
+void PrintResult(const PerplexityCommand& c, const std::string& scheme,
                  int64_t window, int64_t tokens, const Scores& s) {
   double nll = 0;
   for (double lp : s.logprobs) nll -= lp;
   const double mean = nll / static_cast<double>(s.logprobs.size());
   nlohmann::json j = {{"model", c.model.path},
-                      {"quantization_scheme", m.scheme},
+                      {"quantization_scheme", scheme},
                       {"window", window},
                       {"tokens", tokens},
                       {"windows", s.windows},
@@ -75,17 +71,63 @@ void PrintResult(const PerplexityCommand& c, const ToolModel& m,
                c.text_file.c_str(), static_cast<long long>(tokens),
                static_cast<long long>(s.windows),
                static_cast<long long>(window), s.logprobs.size(), mean,
-               std::exp(mean), m.scheme.c_str());
+               std::exp(mean), scheme.c_str());
+}
+
+// The windows of `ids`: [begin, end) pairs of `window` tokens, the last
+// shorter; a last window of one token scores nothing and is left out.
+std::vector<std::pair<int64_t, int64_t>> Windows(int64_t n, int64_t window) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t begin = 0; begin + 1 < n; begin += window) {
+    out.emplace_back(begin, std::min(n, begin + window));
+  }
+  return out;
+}
+
+// The text's ids by `tokenizer`; InvalidArgument under two tokens.
+absl::StatusOr<std::vector<int32_t>> TextIds(const PerplexityCommand& c,
+                                             const Tokenizer& tokenizer) {
+  OCTET_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(c.text_file, kMaxTextBytes));
+  const std::vector<int64_t> encoded = tokenizer.Encode(text, true);
+  if (encoded.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.text_file, " makes ", encoded.size(),
+        " token(s); at least 2 are needed"));
+  }
+  return std::vector<int32_t>(encoded.begin(), encoded.end());
+}
+
+// --server: the windows scored by the coordinator.
+absl::Status RunRemote(const PerplexityCommand& c) {
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                         ReadTokenizerAlone(c.model.path));
+  OCTET_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, TextIds(c, *tokenizer));
+  if (c.window == 0) {
+    return absl::InvalidArgumentError(
+        "perplexity --server needs --window N (the server's context is its "
+        "own)");
+  }
+  Scores scores;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (const auto& [begin, end] : Windows(n, c.window)) {
+    OCTET_ASSIGN_OR_RETURN(
+        const std::vector<float> logprobs,
+        c.remote(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end)));
+    if (static_cast<int64_t>(logprobs.size()) != end - begin - 1) {
+      return absl::InternalError(absl::StrCat(
+          c.server, " returned ", logprobs.size(), " prompt logprobs for ",
+          end - begin, " tokens"));
+    }
+    scores.logprobs.insert(scores.logprobs.end(), logprobs.begin(),
+                           logprobs.end());
+    ++scores.windows;
+  }
+  PrintResult(c, absl::StrCat("server ", c.server), c.window, n, scores);
+  return absl::OkStatus();
 }
 
 }  // namespace
-
-double TokenLogprob(absl::Span<const float> logits, int32_t target) {
-  const double most = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - most);
-  return static_cast<double>(logits[target]) - most - std::log(sum);
-}
 
 absl::Status CheckPerplexityCommand(const PerplexityCommand& c) {
   OCTET_RETURN_IF_ERROR(CheckToolModelFlags(c.model));
@@ -100,8 +142,7 @@ absl::Status CheckPerplexityCommand(const PerplexityCommand& c) {
 }
 
 absl::Status RunPerplexity(const PerplexityCommand& c) {
-  OCTET_ASSIGN_OR_RETURN(const std::string text,
-                         ReadSmallFile(c.text_file, kMaxTextBytes));
+  if (c.remote) return RunRemote(c);
   ToolModelFlags flags = c.model;
   flags.tokenizer = true;
   OCTET_ASSIGN_OR_RETURN(ToolModel m, LoadToolModel(flags));
@@ -116,27 +157,20 @@ absl::Status RunPerplexity(const PerplexityCommand& c) {
         "--window ", window, " is longer than the model's context of ",
         context));
   }
-  const std::vector<int64_t> encoded = m.tokenizer->Encode(text, true);
-  const std::vector<int32_t> ids(encoded.begin(), encoded.end());
-  if (ids.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        c.text_file, " makes ", ids.size(), " token(s); at least 2 are needed"));
-  }
+  OCTET_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                         TextIds(c, *m.tokenizer));
   std::fprintf(stderr, "octet: %s on %s, linear layers %s: scoring %s\n",
                c.model.path.c_str(), m.backend->Describe().c_str(),
                m.scheme.c_str(), c.text_file.c_str());
   Scores scores;
   const int64_t n = static_cast<int64_t>(ids.size());
-  for (int64_t begin = 0; begin < n; begin += window) {
-    const int64_t end = std::min(n, begin + window);
-    if (end - begin < 2) break;  // a last window of one token scores nothing
-    OCTET_RETURN_IF_ERROR(
-        ScoreWindow(*m.model, ids, begin, end, m.config.vocab_size, &scores));
+  for (const auto& [begin, end] : Windows(n, window)) {
+    OCTET_RETURN_IF_ERROR(ScoreWindow(*m.model, ids, begin, end, &scores));
     std::fprintf(stderr, "octet: window %lld done (%lld of %lld tokens)\n",
                  static_cast<long long>(scores.windows),
                  static_cast<long long>(end), static_cast<long long>(n));
   }
-  PrintResult(c, m, window, n, scores);
+  PrintResult(c, m.scheme, window, n, scores);
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/bf16.h"
 #include "base/status_macros.h"
+#include "kernels/sampling.h"
 
 namespace octet {
 namespace {
@@ -52,18 +53,15 @@ absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
                                        KvCache& cache,
                                        absl::Span<const SampleRow> rows,
                                        std::vector<SampledToken>* tokens) {
+  int64_t logit_rows = 0;
   for (const SequenceStep& s : steps) {
-    if (s.all_logits) {
-      return absl::InvalidArgumentError(
-          "ForwardSample: all_logits is for Forward (scoring), not sampling");
-    }
+    logit_rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
   }
   for (const SampleRow& r : rows) {
-    if (r.logits_row < 0 ||
-        r.logits_row >= static_cast<int64_t>(steps.size())) {
+    if (r.logits_row < 0 || r.logits_row >= logit_rows) {
       return absl::InvalidArgumentError(
           absl::StrCat("ForwardSample: logits row ", r.logits_row,
-                       " is not one of the ", steps.size(), " steps"));
+                       " is not one of the ", logit_rows, " rows"));
     }
   }
   OCTET_RETURN_IF_ERROR(Run(steps, cache, nullptr));
@@ -73,6 +71,33 @@ absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
   if (rows.empty()) return backend_.Synchronize();
   return backend_.Sample(scratch_.logits.as<float>(), config_.vocab_size, rows,
                          tokens->data());
+}
+
+absl::Status LlamaModel::ScoreRows(int64_t first_row,
+                                   absl::Span<const int32_t> targets,
+                                   std::vector<float>* logprobs) {
+  const int64_t vocab = config_.vocab_size;
+  const int64_t n = static_cast<int64_t>(targets.size());
+  if (first_row < 0 || (first_row + n) * vocab * sizeof(float) >
+                           scratch_.logits.bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScoreRows: rows [", first_row, ", +", n,
+                     ") are not the last forward's"));
+  }
+  std::vector<float> host(n * vocab);
+  OCTET_RETURN_IF_ERROR(backend_.CopyToHost(
+      host.data(), scratch_.logits.as<float>() + first_row * vocab,
+      host.size() * sizeof(float)));
+  logprobs->clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets[i] < 0 || targets[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ScoreRows: token id ", targets[i], " outside [0, ", vocab, ")"));
+    }
+    logprobs->push_back(LogProb(
+        absl::MakeConstSpan(host.data() + i * vocab, vocab), targets[i]));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::Embed(int64_t tokens) {

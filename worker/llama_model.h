@@ -86,7 +86,7 @@ struct SequenceStep {
   // Blocks covering start_position + tokens.size() tokens (KvCache::Reserve).
   const std::vector<int32_t>* block_table = nullptr;
   // The logits of every new token, not only the last: what scoring a text
-  // (prompt log-probabilities, perplexity) needs. Forward only.
+  // (prompt log-probabilities, perplexity) needs.
   bool all_logits = false;
 };
 
@@ -140,11 +140,18 @@ class LlamaModel {
 
   // As Forward, but chooses tokens on the device (Backend::Sample, with the
   // rules of kernels/sampling.h) and brings back only those: one per row of
-  // `rows`, whose logits_row is the index of a step. No rows: the forward
-  // alone (a rank that does not sample).
+  // `rows`, whose logits_row is a logit row (one per step, in step order, or
+  // each token's of an all_logits step). No rows: the forward alone (a rank
+  // that does not sample).
   absl::Status ForwardSample(absl::Span<const SequenceStep> steps,
                              KvCache& cache, absl::Span<const SampleRow> rows,
                              std::vector<SampledToken>* tokens);
+
+  // After ForwardSample: the log-probability (LogProb, kernels/sampling.h)
+  // of targets[i] under logit row first_row + i, for each i. The rows come
+  // to the host: a scored prompt's cost.
+  absl::Status ScoreRows(int64_t first_row, absl::Span<const int32_t> targets,
+                         std::vector<float>* logprobs);
 
   const GraphStats& graph_stats() const { return graph_stats_; }
 

@@ -291,6 +291,8 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   // sequence twice would mix up the samplers here.
   std::vector<std::vector<int32_t>> tables(request->seqs_size());
   std::vector<SequenceStep> steps(request->seqs_size());
+  // Each step's first logit row (a scored step has one per token).
+  std::vector<int64_t> first_row(request->seqs_size() + 1, 0);
   absl::flat_hash_set<uint64_t> ids;
   for (int i = 0; i < request->seqs_size(); ++i) {
     const rpc::SequenceStep& q = request->seqs(i);
@@ -302,6 +304,9 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     steps[i].tokens.assign(q.tokens().begin(), q.tokens().end());
     steps[i].start_position = q.start();
     steps[i].block_table = &tables[i];
+    steps[i].all_logits = q.prompt_logprobs();
+    first_row[i + 1] =
+        first_row[i] + (q.prompt_logprobs() ? q.tokens_size() : 1);
   }
   if (steps.empty()) return grpc::Status::OK;
   // Rank 0 samples: the rows of the sequences that want a token. Their
@@ -314,7 +319,8 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   absl::Status bad_row = absl::OkStatus();
   for (int i = 0; loaded_->rank == 0 && i < request->seqs_size(); ++i) {
     const rpc::SequenceStep& q = request->seqs(i);
-    absl::StatusOr<std::optional<SampleRow>> row = SampleRowFor(q, i);
+    absl::StatusOr<std::optional<SampleRow>> row =
+        SampleRowFor(q, first_row[i + 1] - 1);
     if (!row.ok()) {
       bad_row = row.status();
       rows.clear();
@@ -347,7 +353,29 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     t->set_token(tokens[j].id);
     if (rows[j].logprob) t->set_logprob(tokens[j].logprob);
   }
-  return grpc::Status::OK;
+  if (loaded_->rank != 0) return grpc::Status::OK;
+  return ToGrpc(ScorePrompts(*request, first_row, response));
+}
+
+absl::Status WorkerService::ScorePrompts(const rpc::StepRequest& request,
+                                         const std::vector<int64_t>& first_row,
+                                         rpc::StepResponse* response) {
+  for (int i = 0; i < request.seqs_size(); ++i) {
+    const rpc::SequenceStep& q = request.seqs(i);
+    if (!q.prompt_logprobs()) continue;
+    // Each token's row predicts the token after it: the step's next fed
+    // token, and after the last, next_token when the prompt goes on.
+    std::vector<int32_t> targets(q.tokens().begin() + 1, q.tokens().end());
+    if (q.has_next_token()) targets.push_back(q.next_token());
+    std::vector<float> logprobs;
+    OCTET_RETURN_IF_ERROR(
+        loaded_->model->ScoreRows(first_row[i], targets, &logprobs));
+    rpc::PromptLogprobs* p = response->add_prompt_logprobs();
+    p->set_seq_id(q.seq_id());
+    p->set_first_position(q.start() + 1);
+    p->mutable_logprobs()->Add(logprobs.begin(), logprobs.end());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<SampleRow>> WorkerService::SampleRowFor(

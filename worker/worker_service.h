@@ -119,6 +119,12 @@ class WorkerService final : public internal::v1::Worker::Service {
   absl::StatusOr<std::optional<SampleRow>> SampleRowFor(
       const internal::v1::SequenceStep& seq, int64_t logits_row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank 0, after a step's forward: the prompt_logprobs of its scored
+  // sequences (first_row[i]: sequence i's first logit row).
+  absl::Status ScorePrompts(const internal::v1::StepRequest& request,
+                            const std::vector<int64_t>& first_row,
+                            internal::v1::StepResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerServiceOptions options_;
   // Health answers from these, without waiting for a long Step or Load: a

@@ -22,18 +22,20 @@ library for the format) and transformers (which loads GGUF files itself).
    windows (unquantized: within 0.3%), and, for octet's FP8 schemes
    (fp8-tensor, and fp8-channel-token through `octet quantize`), against a
    PyTorch simulation of octet's FP8 contract written here (torch's
-   float8_e4m3fn; within 0.5% for fp8-channel-token). Per-tensor dynamic
-   scales make the fp8-tensor number chaotic: one outlier's absmax moves a
-   whole sequence's scale, so a summation order that flips one code flips
-   thousands a few layers on, and the simulation itself moves 1.4% when its
-   GEMMs sum in binary64 instead of binary32. So fp8-tensor is held within
-   3% (the issue asked 0.5%: not met), and its contract more tightly where
-   chaos has not begun: layer 0's activation codes must be the
-   simulation's (at most 0.1% differ). The FP8 / unquantized ratios are
-   printed.
+   float8_e4m3fn). Both are within 0.5% here, but FP8 perplexity is chaotic
+   in the summation order (a flipped code moves a product by a whole e4m3
+   step, and per-tensor scales spread one outlier's change to the whole
+   sequence): the simulation itself moves 0.16% (fp8-tensor) and 0.63%
+   (fp8-channel-token) when its GEMMs sum in binary64 instead of binary32,
+   so a CPU that orders octet's sums otherwise could land past 0.5%. The
+   test holds 1%, and the contract tightly where chaos has not begun:
+   layer 0's activation codes must be the simulation's (at most 0.1%
+   differ). The FP8 / unquantized ratios are printed.
 5. TP = 3: the coordinator serving the GGUF at --tp 3 gives TP = 1's greedy
    tokens and log-probabilities bit for bit (4 prompts x 32 tokens,
-   unquantized and FP8), through the gRPC API.
+   unquantized and FP8), through the gRPC API, and `octet perplexity
+   --server` through it (the API's prompt_logprobs) gives the in-process
+   TP = 1 mean NLL bit for bit.
 
   python gguf_oracle.py --octet PATH --work DIR --smollm2 FILE.gguf
 
@@ -301,7 +303,7 @@ def check_smollm2_tokenizer(octet, smollm2, tok, work):
 
 PPL_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                         "declaration.txt")
-PPL_WINDOW, PPL_CHUNK = 1024, 512  # octet perplexity's forward chunk: 512
+PPL_WINDOW = 1024  # one forward per window, as octet perplexity runs it
 E4M3_MAX, MIN_ABSMAX = 448.0, 1e-12
 
 
@@ -361,23 +363,17 @@ def simulate_fp8(model, per_channel, per_token):
 
 
 def hf_logprobs(model, ids):
-    """Each scored token's log-probability, windows and chunks as octet's."""
+    """Each scored token's log-probability, windows as octet's."""
     import torch
-    from transformers import DynamicCache
     out = []
     for begin in range(0, len(ids), PPL_WINDOW):
         window = ids[begin:begin + PPL_WINDOW]
         if len(window) < 2:
             break
-        cache = DynamicCache()
-        for at in range(0, len(window), PPL_CHUNK):
-            part = window[at:at + PPL_CHUNK]
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([part]), past_key_values=cache,
-                               use_cache=True).logits[0]
-            logp = torch.log_softmax(logits.double(), dim=-1)
-            out += [logp[r, window[at + r + 1]].item() for r in range(len(part))
-                    if at + r + 1 < len(window)]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([window])).logits[0]
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        out += [logp[r, window[r + 1]].item() for r in range(len(window) - 1)]
     return out
 
 
@@ -403,7 +399,7 @@ def check_perplexity(octet, smollm2, model, work):
     got = {"none": octet_perplexity(octet, smollm2, "none"),
            "fp8-tensor": octet_perplexity(octet, smollm2, "fp8"),
            "fp8-channel-token": octet_perplexity(octet, channel_dir)}
-    bounds = {"none": 0.003, "fp8-tensor": 0.03, "fp8-channel-token": 0.005}
+    bounds = {"none": 0.003, "fp8-tensor": 0.01, "fp8-channel-token": 0.01}
     failed = []
     for scheme, result in got.items():
         if result["tokens"] != len(ids) or result["quantization_scheme"] != scheme:
@@ -421,6 +417,7 @@ def check_perplexity(octet, smollm2, model, work):
               f"reference {want[scheme] / want['none']:.4f}")
     if failed:
         fail("perplexity " + "; ".join(failed))
+    return got
 
 
 def check_layer0_codes(octet, smollm2, tok, model):
@@ -471,7 +468,8 @@ def free_port():
 
 def served_greedy(octet, smollm2, tp, quantization, prompts):
     """(ids, logprobs) of 32 greedy tokens per prompt from a coordinator
-    serving the file at --tp tp."""
+    serving the file at --tp tp, and `octet perplexity --server`'s result
+    through it."""
     import time
     coordinator = os.path.join(os.path.dirname(octet), "coordinator")
     port = free_port()
@@ -494,19 +492,22 @@ def served_greedy(octet, smollm2, tp, quantization, prompts):
             lines = dict(line.split(": ", 1) for line in done.stdout.splitlines()
                          if line.startswith(("ids: ", "logprobs: ")))
             results.append((lines["ids"], lines["logprobs"]))
-        return results
+        ppl = json.loads(run([octet, "perplexity", "--server", f"127.0.0.1:{port}",
+                              "--model", smollm2, "--text", PPL_TEXT, "--window",
+                              str(PPL_WINDOW)], "perplexity through the server"))
+        return results, ppl
     finally:
         server.terminate()
         server.wait(timeout=60)
 
 
-def check_tp3(octet, smollm2):
+def check_tp3(octet, smollm2, local_ppl):
     prompts = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
                "<|im_start|>assistant\n",
                "The quick brown fox", "def fib(n):", "In Congress, July 4, 1776."]
     for quantization in ("none", "fp8"):
-        one = served_greedy(octet, smollm2, 1, quantization, prompts)
-        three = served_greedy(octet, smollm2, 3, quantization, prompts)
+        one, _ = served_greedy(octet, smollm2, 1, quantization, prompts)
+        three, ppl = served_greedy(octet, smollm2, 3, quantization, prompts)
         tokens = sum(a[0] == b[0] for a, b in zip(one, three))
         logprobs = sum(x == y for a, b in zip(one, three)
                        for x, y in zip(a[1].split(","), b[1].split(",")))
@@ -515,6 +516,13 @@ def check_tp3(octet, smollm2):
               f"{32 * len(prompts)} log-probabilities bit-equal")
         if tokens != len(prompts) or logprobs != 32 * len(prompts):
             fail(f"{quantization}: TP=3 differs from TP=1")
+        local = local_ppl["none" if quantization == "none" else "fp8-tensor"]
+        print(f"gguf_oracle: SmolLM2 {quantization} perplexity through the API at TP=3 "
+              f"(prompt_logprobs): {ppl['perplexity']:.6f}, mean NLL "
+              f"{ppl['mean_nll']!r}; octet perplexity at TP=1 in-process "
+              f"{local['mean_nll']!r}")
+        if ppl["mean_nll"] != local["mean_nll"] or ppl["scored"] != local["scored"]:
+            fail(f"{quantization}: perplexity through the API at TP=3 is not TP=1's")
 
 
 def main():
@@ -530,8 +538,8 @@ def main():
     check_smollm2_logits(args.octet, args.smollm2, tok, model)
     check_smollm2_tokenizer(args.octet, args.smollm2, tok, args.work)
     check_layer0_codes(args.octet, args.smollm2, tok, model)
-    check_perplexity(args.octet, args.smollm2, model, args.work)
-    check_tp3(args.octet, args.smollm2)
+    local_ppl = check_perplexity(args.octet, args.smollm2, model, args.work)
+    check_tp3(args.octet, args.smollm2, local_ppl)
 
 
 if __name__ == "__main__":
