@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -382,6 +383,39 @@ TEST_F(CoordinatorTest, UnaryAndStreamingGiveOneRanksTokens) {
   EXPECT_EQ(text, unary.text());
   EXPECT_EQ(finish, v1::FINISH_REASON_LENGTH);
   EXPECT_GE(messages, 2);  // tokens arrive as they are made
+}
+
+TEST_F(CoordinatorTest, PromptLogprobsAreOneRanksScores) {
+  // TP = 2 through the API gives one in-process rank's scores bit for bit,
+  // one per prompt token after the first, unary and in the stream's first
+  // message.
+  const std::vector<float> want =
+      testing::Fp8PromptLogprobs(Model(), kPrompt);
+  ASSERT_EQ(want.size(), kPrompt.size() - 1);
+  v1::GenerateRequest request = Request(kPrompt, 3);
+  request.set_prompt_logprobs(true);
+  grpc::ClientContext context;
+  v1::GenerateResponse unary;
+  ASSERT_TRUE(Stub()->Generate(&context, request, &unary).ok());
+  const std::vector<float> got(unary.prompt_logprobs().begin(),
+                               unary.prompt_logprobs().end());
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * want.size()));
+  for (float v : got) EXPECT_LT(v, 0.0f);
+
+  grpc::ClientContext sc;
+  auto reader = Stub()->GenerateStream(&sc, request);
+  v1::GenerateStreamResponse m;
+  std::vector<int> sizes;
+  while (reader->Read(&m)) sizes.push_back(m.prompt_logprobs_size());
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_EQ(sizes[0], static_cast<int>(want.size()));
+  for (size_t i = 1; i < sizes.size(); ++i) EXPECT_EQ(sizes[i], 0);
+  // Not asked for: none.
+  grpc::ClientContext plain;
+  ASSERT_TRUE(Stub()->Generate(&plain, Request(kPrompt, 3), &unary).ok());
+  EXPECT_EQ(unary.prompt_logprobs_size(), 0);
 }
 
 TEST_F(CoordinatorTest, ConcurrentClientsEachGetTheirOwn) {

@@ -41,6 +41,7 @@ TEST(RequestTest, DefaultsAreFilledIn) {
   EXPECT_EQ(v->eos_ids, (std::vector<int32_t>{2}));
   EXPECT_TRUE(v->stop.empty() && v->stop_token_ids.empty());
   EXPECT_FALSE(v->logprobs);
+  EXPECT_FALSE(v->prompt_logprobs);
 }
 
 TEST(RequestTest, SetFieldsAreKept) {
@@ -48,6 +49,7 @@ TEST(RequestTest, SetFieldsAreKept) {
   r.set_text("hi");
   r.set_request_id("req-7");
   r.set_logprobs(true);
+  r.set_prompt_logprobs(true);
   auto* s = r.mutable_sampling();
   s->set_temperature(0.0f);
   s->set_top_p(0.5f);
@@ -64,6 +66,7 @@ TEST(RequestTest, SetFieldsAreKept) {
   EXPECT_EQ(v->prompt, (std::vector<int32_t>{1, 10 + 'h' % 90, 10 + 'i' % 90}));
   EXPECT_EQ(v->request_id, "req-7");
   EXPECT_TRUE(v->logprobs);
+  EXPECT_TRUE(v->prompt_logprobs);
   EXPECT_EQ(v->temperature, 0.0f);
   EXPECT_EQ(v->top_p, 0.5f);
   EXPECT_EQ(v->top_k, 40);

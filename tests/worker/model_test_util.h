@@ -91,4 +91,36 @@ inline std::vector<int32_t> GreedyFp8Tokens(const std::string& dir,
   return out.ok() ? (*out)[0].tokens : std::vector<int32_t>{};
 }
 
+// One FP8 rank's prompt log-probabilities, in this process: the prompt in
+// one forward (as a coordinator runs it), each token after the first scored
+// (LlamaModel::ScoreRows).
+inline std::vector<float> Fp8PromptLogprobs(
+    const std::string& dir, const std::vector<int32_t>& prompt) {
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return {};
+  auto backend = NewCpuBackend({.num_threads = 1});
+  ModelOptions options;
+  options.method = LinearMethod::kFp8;
+  auto model = LlamaModel::Load(**ckpt, *backend, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return {};
+  std::vector<int32_t> table;
+  EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+  SequenceStep step{prompt, 0, &table, /*all_logits=*/true};
+  std::vector<SampledToken> none;
+  EXPECT_TRUE((*model)->ForwardSample({&step, 1}, **cache, {}, &none).ok());
+  std::vector<float> logprobs;
+  EXPECT_TRUE((*model)
+                  ->ScoreRows(0,
+                              std::vector<int32_t>(prompt.begin() + 1,
+                                                   prompt.end()),
+                              &logprobs)
+                  .ok());
+  return logprobs;
+}
+
 }  // namespace octet::testing
