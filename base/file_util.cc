@@ -1,6 +1,7 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,40 @@
 #include "base/status_macros.h"
 
 namespace octet {
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
+    const std::string& path) {
+  OCTET_ASSIGN_OR_RETURN(const RegularFile file, OpenRegularFile(path));
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->size_ = file.size;
+  if (f->size_ > 0) {
+    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, file.fd, 0);
+    if (map == MAP_FAILED) {
+      const int err = errno;
+      ::close(file.fd);
+      return absl::InternalError(
+          absl::StrCat(path, ": cannot map: ", std::strerror(err)));
+    }
+    f->map_ = static_cast<const uint8_t*>(map);
+  }
+  ::close(file.fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
+}
+
+void MappedFile::ReleasePages(const uint8_t* begin, size_t n) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first =
+      (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + n) / page * page;
+  if (first < last) {
+    (void)::madvise(reinterpret_cast<void*>(first), last - first,
+                    MADV_DONTNEED);
+  }
+}
 
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.

@@ -6,9 +6,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace octet {
 
@@ -31,6 +34,34 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
 // errors, surrounding whitespace removed, and InvalidArgument naming the
 // path when nothing is left.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// A whole regular file mapped read-only (OpenRegularFile's checks first),
+// for the checkpoint formats that read tensors in place. Immutable;
+// thread-safe.
+class MappedFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(
+      const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return map_; }
+  size_t size() const { return size_; }
+  absl::string_view bytes() const {
+    return absl::string_view(reinterpret_cast<const char*>(map_), size_);
+  }
+  // Tells the kernel this process is done with [begin, begin + n) for now,
+  // so that loading a model does not keep the whole file resident: the
+  // whole pages inside the range leave memory (its neighbours may still be
+  // in use). The bytes stay readable: they are read back when touched.
+  void ReleasePages(const uint8_t* begin, size_t n) const;
+
+ private:
+  MappedFile() = default;
+  const uint8_t* map_ = nullptr;
+  size_t size_ = 0;
+};
 
 // Whether `path` exists, without throwing: an error (EACCES, ELOOP, ...)
 // other than "no such file" is returned as a status naming the path.

@@ -59,7 +59,8 @@
 #include "rpc/tls.h"
 
 ABSL_FLAG(std::string, model, "",
-          "model directory (config.json, *.safetensors)");
+          "the checkpoint: a Hugging Face directory (config.json, "
+          "*.safetensors) or a GGUF file");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel degree: worker processes to start");
 ABSL_FLAG(std::string, quantization, "auto",
           "auto (what the checkpoint's config.json says, else none), fp8 "
@@ -457,7 +458,8 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   if (m.tokenizer == nullptr) {
     std::fprintf(
         stderr,
-        "coordinator: %s has no tokenizer.model or tokenizer.json: requests "
+        "coordinator: %s has no tokenizer (tokenizer.model, tokenizer.json or "
+        "a GGUF tokenizer.ggml): requests "
         "must send token ids\n",
         dir.c_str());
   }

@@ -3,11 +3,7 @@
 // layout) is one function that stops at the first thing wrong and says what.
 #include "model/gguf.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -330,34 +326,14 @@ absl::StatusOr<GgufContents> ParseGguf(absl::string_view file,
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(
     const std::string& path) {
-  OCTET_ASSIGN_OR_RETURN(const RegularFile file, OpenRegularFile(path));
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  f->size_ = file.size;
-  if (f->size_ > 0) {
-    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, file.fd, 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      ::close(file.fd);
-      return absl::InternalError(
-          absl::StrCat(path, ": cannot map: ", std::strerror(err)));
-    }
-    f->map_ = static_cast<const uint8_t*>(map);
-  }
-  ::close(file.fd);
-  OCTET_ASSIGN_OR_RETURN(
-      f->contents_,
-      ParseGguf(absl::string_view(reinterpret_cast<const char*>(f->map_),
-                                  f->size_),
-                path));
+  OCTET_ASSIGN_OR_RETURN(f->file_, MappedFile::Open(path));
+  OCTET_ASSIGN_OR_RETURN(f->contents_, ParseGguf(f->file_->bytes(), path));
   for (size_t i = 0; i < f->contents_.tensors.size(); ++i) {
     f->index_[f->contents_.tensors[i].name] = i;
   }
   return f;
-}
-
-GgufFile::~GgufFile() {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
 }
 
 const GgufTensorInfo* GgufFile::FindTensor(absl::string_view name) const {
@@ -366,22 +342,12 @@ const GgufTensorInfo* GgufFile::FindTensor(absl::string_view name) const {
 }
 
 absl::Span<const uint8_t> GgufFile::Data(const GgufTensorInfo& t) const {
-  return absl::Span<const uint8_t>(map_ + contents_.data_offset + t.offset,
-                                   t.bytes);
+  return absl::Span<const uint8_t>(
+      file_->data() + contents_.data_offset + t.offset, t.bytes);
 }
 
 void GgufFile::ReleasePages(const GgufTensorInfo& t) const {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin =
-      reinterpret_cast<uintptr_t>(map_ + contents_.data_offset + t.offset);
-  const uintptr_t end = begin + t.bytes;
-  // Whole pages inside the tensor only: its neighbours may still be in use.
-  const uintptr_t first = (begin + page - 1) / page * page,
-                  last = end / page * page;
-  if (first < last) {
-    (void)::madvise(reinterpret_cast<void*>(first), last - first,
-                    MADV_DONTNEED);
-  }
+  file_->ReleasePages(Data(t).data(), t.bytes);
 }
 
 const GgufValue* GgufFile::FindValue(absl::string_view key) const {

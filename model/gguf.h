@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "base/file_util.h"
 #include "model/gguf_quants.h"
 
 namespace octet {
@@ -90,7 +91,6 @@ class GgufFile {
  public:
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
       const std::string& path);
-  ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -123,8 +123,7 @@ class GgufFile {
                                          GgufValueType want) const;
 
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   GgufContents contents_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> tensors[i]
 };

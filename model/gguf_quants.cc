@@ -91,21 +91,28 @@ void ScaleMinK4(const uint8_t* s, int j, int* scale, int* min) {
   }
 }
 
+// A Q4_K/Q5_K sub-block's two factors: (d * scale) and (dmin * min), each
+// rounded to binary32 as gguf/quants.py forms them.
+struct KFactors {
+  float dl, ml;
+};
+KFactors KSubBlock(const uint8_t* b, int j) {
+  int sc, m;
+  ScaleMinK4(b + 4, j, &sc, &m);
+  return {HalfAt(b) * static_cast<float>(sc),
+          HalfAt(b + 2) * static_cast<float>(m)};
+}
+
 // Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 bytes of nibbles. Eight
 // sub-blocks of 32; sub-block j's values are the low (j even) or high (j
 // odd) nibbles of bytes 32 * (j / 2) ... + 31. x = (d * sc) * q - dmin * m.
 void Q4_KBlock(const uint8_t* b, float* out) {
-  const float d = HalfAt(b), dmin = HalfAt(b + 2);
-  const uint8_t* qs = b + 16;
   for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    ScaleMinK4(b + 4, j, &sc, &m);
-    const float dl = d * static_cast<float>(sc);
-    const float ml = dmin * static_cast<float>(m);
-    const uint8_t* q = qs + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
+    const KFactors f = KSubBlock(b, j);
+    const uint8_t* q = b + 16 + 32 * (j / 2);
     for (int i = 0; i < 32; ++i) {
-      out[32 * j + i] = dl * static_cast<float>((q[i] >> shift) & 0x0F) - ml;
+      const int v = (q[i] >> (4 * (j % 2))) & 0x0F;
+      out[32 * j + i] = f.dl * static_cast<float>(v) - f.ml;
     }
   }
 }
@@ -113,19 +120,13 @@ void Q4_KBlock(const uint8_t* b, float* out) {
 // Q5_K: as Q4_K with 32 bytes of high bits after the scales: bit j of byte
 // i is bit 4 of value i of sub-block j.
 void Q5_KBlock(const uint8_t* b, float* out) {
-  const float d = HalfAt(b), dmin = HalfAt(b + 2);
   const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
   for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    ScaleMinK4(b + 4, j, &sc, &m);
-    const float dl = d * static_cast<float>(sc);
-    const float ml = dmin * static_cast<float>(m);
-    const uint8_t* q = qs + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
+    const KFactors f = KSubBlock(b, j);
+    const uint8_t* q = b + 48 + 32 * (j / 2);
     for (int i = 0; i < 32; ++i) {
-      const int v = ((q[i] >> shift) & 0x0F) | (((qh[i] >> j) & 1) << 4);
-      out[32 * j + i] = dl * static_cast<float>(v) - ml;
+      const int v = ((q[i] >> (4 * (j % 2))) & 0x0F) | (((qh[i] >> j) & 1) << 4);
+      out[32 * j + i] = f.dl * static_cast<float>(v) - f.ml;
     }
   }
 }

@@ -1,7 +1,5 @@
 #include "model/safetensors.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -275,35 +273,15 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  OCTET_ASSIGN_OR_RETURN(const RegularFile file, OpenRegularFile(path));
-  const int fd = file.fd;
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->size_ = file.size;
-  if (f->size_ > 0) {
-    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(
-          absl::StrCat(path, ": cannot map: ", std::strerror(err)));
-    }
-    f->map_ = static_cast<const uint8_t*>(map);
-  }
-  ::close(fd);
-  OCTET_ASSIGN_OR_RETURN(
-      f->header_,
-      ParseSafetensorsHeader(
-          absl::string_view(reinterpret_cast<const char*>(f->map_), f->size_),
-          path));
+  OCTET_ASSIGN_OR_RETURN(f->file_, MappedFile::Open(path));
+  OCTET_ASSIGN_OR_RETURN(f->header_,
+                         ParseSafetensorsHeader(f->file_->bytes(), path));
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) {
     f->index_[f->header_.tensors[i].name] = i;
   }
   return f;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
 }
 
 const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
@@ -313,23 +291,13 @@ const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
 
 absl::Span<const uint8_t> SafetensorsFile::Data(
     const SafetensorsEntry& entry) const {
-  return absl::Span<const uint8_t>(map_ + header_.data_offset + entry.begin,
-                                   entry.end - entry.begin);
+  return absl::Span<const uint8_t>(
+      file_->data() + header_.data_offset + entry.begin,
+      entry.end - entry.begin);
 }
 
 void SafetensorsFile::ReleasePages(const SafetensorsEntry& entry) const {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin =
-      reinterpret_cast<uintptr_t>(map_ + header_.data_offset + entry.begin);
-  const uintptr_t end =
-      reinterpret_cast<uintptr_t>(map_ + header_.data_offset + entry.end);
-  // Whole pages inside the tensor only: its neighbours may still be in use.
-  const uintptr_t first = (begin + page - 1) / page * page,
-                  last = end / page * page;
-  if (first < last) {
-    (void)::madvise(reinterpret_cast<void*>(first), last - first,
-                    MADV_DONTNEED);
-  }
+  file_->ReleasePages(Data(entry).data(), entry.end - entry.begin);
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "base/dtype.h"
+#include "base/file_util.h"
 
 namespace octet {
 
@@ -55,7 +56,6 @@ class SafetensorsFile {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
       const std::string& path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -77,8 +77,7 @@ class SafetensorsFile {
   SafetensorsFile() = default;
 
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   SafetensorsHeader header_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> tensors[i]
 };

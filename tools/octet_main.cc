@@ -24,6 +24,8 @@
 //                    [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                    [--threads N] [--print_logprobs]
 //   octet perplexity --server HOST:PORT --model DIR --text FILE --window N
+//   octet perplexity --tp N --model DIR --text FILE [...]   (a coordinator
+//                    of N ranks started for the run)
 //   octet gguf --model FILE.gguf [--tensor NAME --out FILE]
 //
 // Wherever --model takes a checkpoint, it is a Hugging Face directory or a
@@ -57,6 +59,7 @@
 #include "rpc/tls.h"
 #include "tools/fp8_export.h"
 #include "tools/gguf_command.h"
+#include "tools/local_coordinator.h"
 #include "tools/logits_command.h"
 #include "tools/perplexity_command.h"
 #include "tools/tokenize_command.h"
@@ -97,6 +100,9 @@ ABSL_FLAG(std::string, text, "",
           "tokenize: the text to encode; perplexity: the file to score");
 ABSL_FLAG(int64_t, window, 0,
           "perplexity: tokens per scored window; 0 = the model's context");
+ABSL_FLAG(int32_t, tp, 1,
+          "perplexity: score through a coordinator of this many ranks, "
+          "started here for the run (1: in this process)");
 ABSL_FLAG(bool, print_logprobs, false,
           "perplexity: also print each scored token's log-probability; "
           "generate --server: the generated tokens' on a line of their own: "
@@ -495,6 +501,27 @@ int Perplexity() {
   if (absl::Status s = CheckPerplexityCommand(command); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
+  const int32_t tp = absl::GetFlag(FLAGS_tp);
+  if (tp < 1 || tp > 64 || (tp > 1 && !command.server.empty())) {
+    return UsageError("--tp: 1 to 64, and not with --server");
+  }
+  std::unique_ptr<LocalCoordinator> local;
+  if (tp > 1) {
+    absl::StatusOr<ModelConfig> config =
+        ReadCheckpointConfig(command.model.path);
+    if (!config.ok()) return Failed(config.status());
+    if (command.window == 0) command.window = config->max_position_embeddings;
+    absl::StatusOr<std::unique_ptr<LocalCoordinator>> started =
+        LocalCoordinator::Start(
+            {"--model=" + command.model.path, absl::StrCat("--tp=", tp),
+             "--quantization=" + command.model.quantization,
+             "--device=" + command.model.device,
+             absl::StrCat("--threads=", command.model.threads)},
+            absl::Minutes(10));
+    if (!started.ok()) return Failed(started.status());
+    local = *std::move(started);
+    command.server = local->address();
+  }
   std::unique_ptr<v1::Generation::Stub> stub;
   if (!command.server.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
@@ -760,7 +787,7 @@ int Main(int argc, char** argv) {
       "[--quantization auto|none|fp8]\n"
       "      prints each prompt's last-token logits as JSON (one forward)\n"
       "  octet perplexity --model DIR --text FILE [--window N] "
-      "[--quantization auto|none|fp8]\n"
+      "[--quantization auto|none|fp8] [--tp N | --server HOST:PORT]\n"
       "      scores a text teacher-forced: mean NLL and perplexity as JSON\n"
       "  octet gguf --model FILE.gguf [--tensor NAME --out FILE]\n"
       "      what a GGUF file holds and how octet reads it; one tensor "

@@ -4,9 +4,12 @@
 //   octet perplexity --model M --text FILE [--window N]
 //       [--quantization auto|none|fp8] [--device auto|cpu|cuda] [--threads N]
 //       [--print_logprobs]
-//   octet perplexity --server HOST:PORT --model M --text FILE [--window N]
+//   octet perplexity --server HOST:PORT --model M --text FILE --window N
 //       the same windows scored by a running coordinator (any TP degree)
 //       through the API's prompt_logprobs; M gives the tokenizer only
+//   octet perplexity --tp N --model M --text FILE [...]
+//       the same through a coordinator of N ranks started for the run
+//       (tools/local_coordinator.h)
 //
 // The text is tokenized (the tokenizer's special tokens added, as a prompt
 // is) and cut into windows of N tokens (default: the model's context), each

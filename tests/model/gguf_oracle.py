@@ -523,6 +523,13 @@ def check_tp3(octet, smollm2, local_ppl):
               f"{local['mean_nll']!r}")
         if ppl["mean_nll"] != local["mean_nll"] or ppl["scored"] != local["scored"]:
             fail(f"{quantization}: perplexity through the API at TP=3 is not TP=1's")
+    # `octet perplexity --tp 3` starts its own coordinator for the run.
+    own = json.loads(run([octet, "perplexity", "--tp", "3", "--model", smollm2, "--text",
+                          PPL_TEXT, "--window", str(PPL_WINDOW), "--quantization", "fp8"],
+                         "perplexity --tp 3"))
+    print(f"gguf_oracle: octet perplexity --tp 3 (fp8): mean NLL {own['mean_nll']!r}")
+    if own["mean_nll"] != local_ppl["fp8-tensor"]["mean_nll"]:
+        fail("octet perplexity --tp 3 is not TP=1's")
 
 
 def main():

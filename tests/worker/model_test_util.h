@@ -63,6 +63,32 @@ inline std::vector<float> LastLogits(LlamaModel& model,
   return logits;
 }
 
+// One FP8 CPU rank in this process (one thread), with a KV cache of 64
+// blocks of 8; null members (and a test failure) when it cannot load.
+struct Fp8Rank {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KvCache> cache;
+};
+inline Fp8Rank LoadFp8Rank(const std::string& dir) {
+  Fp8Rank r;
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return r;
+  r.backend = NewCpuBackend({.num_threads = 1});
+  ModelOptions options;
+  options.method = LinearMethod::kFp8;
+  auto model = LlamaModel::Load(**ckpt, *r.backend, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return r;
+  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return r;
+  r.model = *std::move(model);
+  r.cache = *std::move(cache);
+  return r;
+}
+
 // The greedy tokens one CPU rank generates in this process for `prompt`
 // from the checkpoint at `dir` with FP8 linear layers: what served
 // requests are compared with (TP-invariant sums make every TP degree's
@@ -70,23 +96,13 @@ inline std::vector<float> LastLogits(LlamaModel& model,
 inline std::vector<int32_t> GreedyFp8Tokens(const std::string& dir,
                                             const std::vector<int32_t>& prompt,
                                             int64_t max_new) {
-  auto ckpt = Checkpoint::Open(dir);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  if (!ckpt.ok()) return {};
-  auto backend = NewCpuBackend({.num_threads = 1});
-  ModelOptions options;
-  options.method = LinearMethod::kFp8;
-  auto model = LlamaModel::Load(**ckpt, *backend, options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return {};
-  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  if (!cache.ok()) return {};
+  Fp8Rank rank = LoadFp8Rank(dir);
+  if (rank.cache == nullptr) return {};
   GenerationRequest r;
   r.prompt = prompt;
   r.max_new_tokens = max_new;
   r.sampling.temperature = 0.0f;
-  auto out = Generate(**model, **cache, {r});
+  auto out = Generate(*rank.model, *rank.cache, {r});
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? (*out)[0].tokens : std::vector<int32_t>{};
 }
@@ -96,30 +112,17 @@ inline std::vector<int32_t> GreedyFp8Tokens(const std::string& dir,
 // (LlamaModel::ScoreRows).
 inline std::vector<float> Fp8PromptLogprobs(
     const std::string& dir, const std::vector<int32_t>& prompt) {
-  auto ckpt = Checkpoint::Open(dir);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  if (!ckpt.ok()) return {};
-  auto backend = NewCpuBackend({.num_threads = 1});
-  ModelOptions options;
-  options.method = LinearMethod::kFp8;
-  auto model = LlamaModel::Load(**ckpt, *backend, options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return {};
-  auto cache = (*model)->NewKvCache({.block_size = 8, .num_blocks = 64});
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  if (!cache.ok()) return {};
+  Fp8Rank rank = LoadFp8Rank(dir);
+  if (rank.cache == nullptr) return {};
   std::vector<int32_t> table;
-  EXPECT_TRUE((*cache)->Reserve(prompt.size(), &table).ok());
+  EXPECT_TRUE(rank.cache->Reserve(prompt.size(), &table).ok());
   SequenceStep step{prompt, 0, &table, /*all_logits=*/true};
   std::vector<SampledToken> none;
-  EXPECT_TRUE((*model)->ForwardSample({&step, 1}, **cache, {}, &none).ok());
+  EXPECT_TRUE(
+      rank.model->ForwardSample({&step, 1}, *rank.cache, {}, &none).ok());
   std::vector<float> logprobs;
-  EXPECT_TRUE((*model)
-                  ->ScoreRows(0,
-                              std::vector<int32_t>(prompt.begin() + 1,
-                                                   prompt.end()),
-                              &logprobs)
-                  .ok());
+  const std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
+  EXPECT_TRUE(rank.model->ScoreRows(0, targets, &logprobs).ok());
   return logprobs;
 }
 
