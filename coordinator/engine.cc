@@ -333,7 +333,7 @@ void Engine::AskPromptLogprobs(Active& a, const ScheduledSeq& q,
   const int64_t length = static_cast<int64_t>(prompt.size());
   // Scored once: a prompt fed again (after a preemption) was scored before.
   if (!a.request.prompt_logprobs || q.start >= length ||
-      a.prompt_scored == length - 1) {
+      a.prompt_scored >= length - 1) {
     return;
   }
   a.prompt_logprobs.resize(length - 1);

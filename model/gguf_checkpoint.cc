@@ -198,6 +198,15 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   c.torch_dtype = CheckpointDType(f);
   ReadSpecialIds(f, c);
+  std::vector<int64_t> special = c.eos_token_ids;
+  if (c.bos_token_id) special.push_back(*c.bos_token_id);
+  for (int64_t id : special) {
+    if (id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": tokenizer.ggml's special token id ", id,
+          " is outside the vocabulary of ", c.vocab_size));
+    }
+  }
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0) ||
       c.num_heads % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -320,7 +320,7 @@ std::vector<float> Iota(int n, float from) {
 }
 
 // A one-layer llama whose tensors hold distinct values.
-GgufBuilder TinyLlama() {
+GgufBuilder TinyLlama(uint32_t eos = 2) {
   GgufBuilder b;
   b.Str("general.architecture", "llama")
       .U32("llama.block_count", 1)
@@ -330,7 +330,7 @@ GgufBuilder TinyLlama() {
       .U32("llama.attention.head_count", kHeads)
       .U32("llama.attention.head_count_kv", kKvHeads)
       .F32("llama.attention.layer_norm_rms_epsilon", 1e-5f)
-      .U32("tokenizer.ggml.eos_token_id", 2);
+      .U32("tokenizer.ggml.eos_token_id", eos);
   const uint64_t h = kHidden, q = kHeads * kHeadDim, kv = kKvHeads * kHeadDim;
   b.Floats("token_embd.weight", {h, kVocab}, Iota(kHidden * kVocab, 0));
   b.Floats("blk.0.attn_norm.weight", {h}, Iota(kHidden, 1));
@@ -413,6 +413,7 @@ TEST(GgufCheckpointTest, WhatOctetCannotServeIsNamed) {
   GgufBuilder bert;
   bert.Str("general.architecture", "bert");
   expect_error(bert, "'bert'");
+  expect_error(TinyLlama(/*eos=*/kVocab), "special token id 10 is outside");
 }
 
 TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesOtherModels) {
