@@ -116,7 +116,7 @@ absl::Status Checkpoint::Validate() const {
 }
 
 absl::Status Checkpoint::CheckTensor(const ExpectedTensor& want) const {
-  OCTET_ASSIGN_OR_RETURN(const TensorView t, Get(want.name));
+  OCTET_ASSIGN_OR_RETURN(const TensorView t, Describe(want.name));
   if (t.shape != want.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         t.file, ": tensor '", want.name, "' has shape ", ShapeString(t.shape),

@@ -63,6 +63,12 @@ class Checkpoint {
   // The tensor called `name`; NotFound naming the tensor and the directory.
   virtual absl::StatusOr<TensorView> Get(absl::string_view name) const = 0;
   virtual bool Has(absl::string_view name) const = 0;
+  // What Get would return but the bytes, which may be empty: what checking a
+  // tensor's shape and dtype needs, without decoding it (GGUF). By default
+  // Get itself.
+  virtual absl::StatusOr<TensorView> Describe(absl::string_view name) const {
+    return Get(name);
+  }
   virtual std::vector<std::string> TensorNames() const = 0;  // sorted
 
   // Done with `name` for now: its pages may leave memory (a mapped file's,

@@ -288,7 +288,8 @@ const std::vector<float>& GgufCheckpoint::Decoded(const std::string& name,
   return *slot;
 }
 
-absl::StatusOr<TensorView> GgufCheckpoint::Get(absl::string_view name) const {
+absl::StatusOr<TensorView> GgufCheckpoint::Describe(
+    absl::string_view name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     return absl::NotFoundError(
@@ -300,18 +301,27 @@ absl::StatusOr<TensorView> GgufCheckpoint::Get(absl::string_view name) const {
   v.name = std::string(name);
   v.file = dir();
   v.shape.assign(t.dims.rbegin(), t.dims.rend());
+  // Float tensors whose rows stay put are served as stored; the rest are
+  // decoded to binary32.
+  v.dtype = e.rotary_heads > 0           ? DType::kF32
+            : t.type == GgmlType::kF16  ? DType::kF16
+            : t.type == GgmlType::kBf16 ? DType::kBf16
+                                        : DType::kF32;
+  return v;
+}
+
+absl::StatusOr<TensorView> GgufCheckpoint::Get(absl::string_view name) const {
+  OCTET_ASSIGN_OR_RETURN(TensorView v, Describe(name));
+  const Entry& e = entries_.find(name)->second;
+  const GgufTensorInfo& t = *e.tensor;
   const bool stored_as_float = t.type == GgmlType::kF32 ||
                                t.type == GgmlType::kF16 ||
                                t.type == GgmlType::kBf16;
   if (stored_as_float && e.rotary_heads == 0) {
-    v.dtype = t.type == GgmlType::kF32   ? DType::kF32
-              : t.type == GgmlType::kF16 ? DType::kF16
-                                         : DType::kBf16;
     v.bytes = file_->Data(t);
     return v;
   }
   const std::vector<float>& values = Decoded(v.name, e);
-  v.dtype = DType::kF32;
   v.bytes = absl::Span<const uint8_t>(
       reinterpret_cast<const uint8_t*>(values.data()), 4 * values.size());
   return v;

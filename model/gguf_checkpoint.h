@@ -46,6 +46,8 @@ class GgufCheckpoint : public Checkpoint {
       const std::string& path);
 
   absl::StatusOr<TensorView> Get(absl::string_view name) const override;
+  // Get's view without decoding: Validate checks shapes at no decode.
+  absl::StatusOr<TensorView> Describe(absl::string_view name) const override;
   bool Has(absl::string_view name) const override;
   std::vector<std::string> TensorNames() const override;
   void ReleasePages(absl::string_view name) const override;
