@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-FLOORS = ("base", "kernels", "parallel", "rpc", "model", "worker",
+FLOORS = ("base", "jinja", "kernels", "parallel", "rpc", "model", "worker",
           "coordinator", "tools", "proto")
 SUFFIXES = (".h", ".cuh", ".cc", ".cu")
 

@@ -11,18 +11,19 @@
 # points up: base/ knows nothing above it, kernels/ nothing of ranks or
 # models, the coordinator reaches the workers only through proto/.
 set(allowed_base        base/)
+set(allowed_jinja       jinja/)
 set(allowed_rpc         rpc/ base/ octet/)
 set(allowed_kernels     kernels/ base/)
 set(allowed_parallel    parallel/ kernels/ rpc/ base/ octet/)
-set(allowed_model       model/ base/)
+set(allowed_model       model/ jinja/ base/)
 set(allowed_worker      worker/ model/ parallel/ kernels/ rpc/ base/ octet/)
-set(allowed_coordinator coordinator/ model/ rpc/ base/ octet/)
-set(allowed_tools       tools/ worker/ model/ parallel/ kernels/ rpc/ base/
-                        octet/)
-set(floors base rpc kernels parallel model worker coordinator tools)
+set(allowed_coordinator coordinator/ model/ jinja/ rpc/ base/ octet/)
+set(allowed_tools       tools/ worker/ model/ jinja/ parallel/ kernels/ rpc/
+                        base/ octet/)
+set(floors base jinja rpc kernels parallel model worker coordinator tools)
 
 # The folders an #include "..." can name: the project's and proto's.
-set(project_prefixes base/ rpc/ kernels/ parallel/ model/ worker/
+set(project_prefixes base/ jinja/ rpc/ kernels/ parallel/ model/ worker/
                      coordinator/ tools/ octet/ tests/)
 
 # OUT is TRUE when TEXT starts with one of the strings in the list PREFIXES.
