@@ -44,7 +44,7 @@ int64_t TensorView::num_elements() const {
   return n;
 }
 
-// The three functions below are where a checkpoint's format is chosen: a
+// The four functions below are where a checkpoint's format is chosen: a
 // path naming a file is a GGUF file (model/gguf_checkpoint.h); anything
 // else is read as a Hugging Face safetensors directory, so that its errors
 // (no config.json, no model.safetensors) are what a user sees.
@@ -100,6 +100,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ReadTokenizerAlone(
         absl::StrCat(path, " has no tokenizer.ggml metadata"));
   }
   return t;
+}
+
+absl::StatusOr<std::optional<ChatTemplateSource>> ReadCheckpointChatTemplate(
+    const std::string& path) {
+  if (!IsGgufPath(path)) return ReadHfChatTemplate(path);
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file,
+                         GgufFile::Open(path));
+  return ReadGgufChatTemplate(*file, path);
 }
 
 absl::Status Checkpoint::Validate() const {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "base/dtype.h"
+#include "model/chat_template.h"
 #include "model/model_config.h"
 #include "model/tensor_names.h"
 #include "model/tokenizer.h"
@@ -110,6 +112,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ReadCheckpointTokenizer(
 // The tokenizer alone, from a directory that may hold nothing else
 // (Tokenizer::Load) or a GGUF file; NotFound when there is none.
 absl::StatusOr<std::unique_ptr<Tokenizer>> ReadTokenizerAlone(
+    const std::string& path);
+// The chat template, as read (model/chat_template.h); nullopt when the
+// checkpoint has none.
+absl::StatusOr<std::optional<ChatTemplateSource>> ReadCheckpointChatTemplate(
     const std::string& path);
 
 }  // namespace octet

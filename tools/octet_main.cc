@@ -27,6 +27,8 @@
 //   octet perplexity --tp N --model DIR --text FILE [...]   (a coordinator
 //                    of N ranks started for the run)
 //   octet gguf --model FILE.gguf [--tensor NAME --out FILE]
+//   octet chat-template --model DIR --messages FILE
+//                       [--add_generation_prompt=false]
 //
 // Wherever --model takes a checkpoint, it is a Hugging Face directory or a
 // GGUF file.
@@ -51,10 +53,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "octet/v1/generation.grpc.pb.h"
 #include "rpc/tls.h"
 #include "tools/fp8_export.h"
@@ -108,6 +113,11 @@ ABSL_FLAG(bool, print_logprobs, false,
           "generate --server: the generated tokens' on a line of their own: "
           "'logprobs: -0.1,-2.5'");
 ABSL_FLAG(std::string, ids, "", "tokenize: the ids to decode (1,2,3)");
+ABSL_FLAG(std::string, messages, "",
+          "chat-template: a JSON file with the conversation, a list of "
+          "{\"role\": ..., \"content\": ...}");
+ABSL_FLAG(bool, add_generation_prompt, true,
+          "chat-template: end with the opening of the assistant's turn");
 ABSL_FLAG(std::string, jsonl, "",
           "tokenize: encode each line of this file (a JSON string)");
 ABSL_FLAG(std::string, decode_jsonl, "",
@@ -265,6 +275,39 @@ int Gguf() {
   }
   absl::Status s = RunGguf(command);
   return s.ok() ? 0 : Failed(s);
+}
+
+// chat-template: the prompt text the model's chat template makes of a
+// conversation, exactly (no newline added), as the HTTP API's chat
+// endpoint renders it.
+int ChatTemplateCommand() {
+  const std::string model = absl::GetFlag(FLAGS_model),
+                    messages_file = absl::GetFlag(FLAGS_messages);
+  if (model.empty() || messages_file.empty()) {
+    return UsageError("chat-template needs --model and --messages FILE");
+  }
+  absl::StatusOr<std::string> text = ReadSmallFile(messages_file, 16 << 20);
+  if (!text.ok()) return UsageError(std::string(text.status().message()));
+  const nlohmann::json messages =
+      nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!messages.is_array()) {
+    return UsageError(absl::StrCat("--messages ", messages_file,
+                                   " is not a JSON list of messages"));
+  }
+  absl::StatusOr<std::optional<ChatTemplateSource>> source =
+      ReadCheckpointChatTemplate(model);
+  if (!source.ok()) return Failed(source.status());
+  if (!source->has_value()) {
+    return Failed(absl::NotFoundError(model + " has no chat template"));
+  }
+  absl::StatusOr<ChatTemplate> compiled =
+      ChatTemplate::Compile(**std::move(source));
+  if (!compiled.ok()) return Failed(compiled.status());
+  absl::StatusOr<std::string> prompt = compiled->Render(
+      messages, absl::GetFlag(FLAGS_add_generation_prompt));
+  if (!prompt.ok()) return Failed(prompt.status());
+  std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+  return 0;
 }
 
 int Quantize() {
@@ -792,12 +835,16 @@ int Main(int argc, char** argv) {
       "  octet gguf --model FILE.gguf [--tensor NAME --out FILE]\n"
       "      what a GGUF file holds and how octet reads it; one tensor "
       "decoded\n"
+      "  octet chat-template --model DIR --messages FILE "
+      "[--add_generation_prompt=false]\n"
+      "      the prompt the model's chat template makes of a conversation\n"
       "--model takes a Hugging Face checkpoint directory or a GGUF file."));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
         "expected one command: make-model, quantize, tokenize, generate, "
-        "logits, perplexity or gguf (octet --help for usage)");
+        "logits, perplexity, gguf or chat-template (octet --help for "
+        "usage)");
   }
   const std::string command = args[1];
   if (command == "make-model") return MakeModel();
@@ -807,6 +854,7 @@ int Main(int argc, char** argv) {
   if (command == "logits") return Logits();
   if (command == "perplexity") return Perplexity();
   if (command == "gguf") return Gguf();
+  if (command == "chat-template") return ChatTemplateCommand();
   return UsageError(
       absl::StrCat("unknown command '", command, "' (octet --help for usage)"));
 }

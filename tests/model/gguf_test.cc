@@ -11,15 +11,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/f16.h"
+#include "model/chat_template.h"
+#include "model/checkpoint.h"
 #include "model/gguf_checkpoint.h"
 #include "model/gguf_quants.h"
 #include "model/gguf_tokenizer.h"
 #include "model/tensor_names.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -454,6 +458,44 @@ TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesOtherModels) {
   EXPECT_NE(GgufTokenizer(**f).status().message().find("'falcon'"),
             std::string::npos);
   std::filesystem::remove(pre_path);
+}
+
+TEST(GgufChatTemplateTest, TheTemplateComesWithItsSpecialTokensText) {
+  GgufBuilder b;
+  b.Str("tokenizer.chat_template", "{{ bos_token }}{{ messages[0].content }}")
+      .Strs("tokenizer.ggml.tokens", {"<s>", "</s>", "a"})
+      .U32("tokenizer.ggml.bos_token_id", 0)
+      .U32("tokenizer.ggml.eos_token_id", 1);
+  const std::string path = WriteTemp("chat.gguf", b.Build());
+  absl::StatusOr<std::optional<ChatTemplateSource>> source =
+      ReadCheckpointChatTemplate(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_TRUE(source->has_value());
+  EXPECT_EQ((*source)->bos_token, "<s>");
+  EXPECT_EQ((*source)->eos_token, "</s>");
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Compile(**source);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const nlohmann::json conversation = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(*t->Render(conversation, true), "<s>hi");
+  std::filesystem::remove(path);
+
+  GgufBuilder bad;
+  bad.Str("tokenizer.chat_template", "x")
+      .Strs("tokenizer.ggml.tokens", {"a"})
+      .U32("tokenizer.ggml.eos_token_id", 7);
+  const std::string bad_path = WriteTemp("badchat.gguf", bad.Build());
+  EXPECT_NE(ReadCheckpointChatTemplate(bad_path).status().message().find(
+                "tokenizer.ggml.eos_token_id = 7"),
+            std::string::npos);
+  std::filesystem::remove(bad_path);
+
+  GgufBuilder none;
+  none.Str("general.architecture", "llama");
+  const std::string none_path = WriteTemp("nochat.gguf", none.Build());
+  source = ReadCheckpointChatTemplate(none_path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_FALSE(source->has_value());
+  std::filesystem::remove(none_path);
 }
 
 }  // namespace
