@@ -32,10 +32,10 @@ struct Expr {
     kCompare,  // children[0] ops[0] children[1] ops[1] ...
     kAnd,
     kOr,
-    kCond,     // children[0] if children[1] else children[2]
+    kCond,  // children[0] if children[1] else children[2]
     kList,
     kTuple,
-    kDict,     // keys and values alternate in children
+    kDict,  // keys and values alternate in children
   };
   Kind kind = Kind::kLiteral;
   int line = 1;
@@ -52,12 +52,12 @@ using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // branches: (condition or null for else, body)
-    kFor,         // for targets in expr [if filter]: body [else else_body]
-    kSet,         // set targets[0] = expr, or set targets[0].attr = expr
-    kSetBlock,    // set targets[0] %}body{% endset
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // branches: (condition or null for else, body)
+    kFor,       // for targets in expr [if filter]: body [else else_body]
+    kSet,       // set targets[0] = expr, or set targets[0].attr = expr
+    kSetBlock,  // set targets[0] %}body{% endset
     kBreak,
     kContinue,
     kGeneration,  // {% generation %}body{% endgeneration %}

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -30,13 +30,15 @@ absl::Status Err(absl::string_view what) {
 }
 
 absl::StatusOr<std::string> StrArg(const CallArgs& args, size_t i,
-                                   absl::string_view name, std::string fallback) {
+                                   absl::string_view name,
+                                   std::string fallback) {
   const Value* v = args.Get(i, name);
   if (v == nullptr || v->none()) return fallback;
   return ToStr(*v);
 }
 
-std::optional<int64_t> IntArg(const CallArgs& args, size_t i, absl::string_view name) {
+std::optional<int64_t> IntArg(const CallArgs& args, size_t i,
+                              absl::string_view name) {
   const Value* v = args.Get(i, name);
   if (v == nullptr || !v->is_int()) return std::nullopt;
   return v->as_int();
@@ -54,11 +56,13 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
   if (value.undefined()) return out;
   if (value.is_list()) return value.list().items;
   if (value.is_dict()) {
-    for (const auto& item : value.dict().items) out.push_back(Value(item.first));
+    for (const auto& item : value.dict().items)
+      out.push_back(Value(item.first));
     return out;
   }
   if (value.is_string()) {
-    for (absl::string_view cp : CodePoints(value.str())) out.push_back(Value(std::string(cp)));
+    for (absl::string_view cp : CodePoints(value.str()))
+      out.push_back(Value(std::string(cp)));
     return out;
   }
   return Err(absl::StrCat("'", TypeName(value), "' object is not iterable"));
@@ -75,16 +79,19 @@ std::string AsciiTitle(absl::string_view s, bool python_method) {
              : absl::ascii_toupper(static_cast<unsigned char>(c));
     // jinja2's title filter starts words after -, whitespace, ( { [ <;
     // str.title after any character that is not a letter.
-    word = python_method ? alpha
-                         : !(absl::ascii_isspace(static_cast<unsigned char>(c)) ||
-                             absl::string_view("-({[<").find(c) != absl::string_view::npos);
+    word =
+        python_method
+            ? alpha
+            : !(absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+                absl::string_view("-({[<").find(c) != absl::string_view::npos);
   }
   return out;
 }
 
 std::string Capitalize(absl::string_view s) {
   std::string out = absl::AsciiStrToLower(s);
-  if (!out.empty()) out[0] = absl::ascii_toupper(static_cast<unsigned char>(out[0]));
+  if (!out.empty())
+    out[0] = absl::ascii_toupper(static_cast<unsigned char>(out[0]));
   return out;
 }
 
@@ -95,7 +102,8 @@ std::string Strip(absl::string_view s, const std::optional<std::string>& chars,
   std::vector<absl::string_view> set;
   if (chars) set = CodePoints(*chars);
   auto strip = [&](absl::string_view cp) {
-    return chars ? std::find(set.begin(), set.end(), cp) != set.end() : IsPySpace(cp);
+    return chars ? std::find(set.begin(), set.end(), cp) != set.end()
+                 : IsPySpace(cp);
   };
   size_t b = 0, e = cps.size();
   while (left && b < e && strip(cps[b])) ++b;
@@ -111,9 +119,11 @@ absl::StatusOr<std::string> Replace(absl::string_view s, absl::string_view old,
   if (old.empty()) {
     std::vector<absl::string_view> cps = CodePoints(s);
     for (size_t i = 0; i <= cps.size(); ++i) {
-      if (count < 0 || static_cast<int64_t>(i) < count) absl::StrAppend(&out, repl);
+      if (count < 0 || static_cast<int64_t>(i) < count)
+        absl::StrAppend(&out, repl);
       if (i < cps.size()) absl::StrAppend(&out, cps[i]);
-      if (out.size() > kMaxStringBytes) return Err("replace: the result is too long");
+      if (out.size() > kMaxStringBytes)
+        return Err("replace: the result is too long");
     }
     return out;
   }
@@ -123,7 +133,8 @@ absl::StatusOr<std::string> Replace(absl::string_view s, absl::string_view old,
     if (at == absl::string_view::npos) break;
     absl::StrAppend(&out, s.substr(pos, at - pos), repl);
     pos = at + old.size();
-    if (out.size() > kMaxStringBytes) return Err("replace: the result is too long");
+    if (out.size() > kMaxStringBytes)
+      return Err("replace: the result is too long");
   }
   absl::StrAppend(&out, s.substr(pos));
   return out;
@@ -156,7 +167,8 @@ Value Split(absl::string_view s, const std::optional<std::string>& sep,
       parts.push_back(Value(Strip(word, std::nullopt, false, true)));
       break;
     }
-    for (; i < cps.size() && !IsPySpace(cps[i]); ++i) absl::StrAppend(&word, cps[i]);
+    for (; i < cps.size() && !IsPySpace(cps[i]); ++i)
+      absl::StrAppend(&word, cps[i]);
     parts.push_back(Value(std::move(word)));
   }
   return MakeList(std::move(parts));
@@ -190,7 +202,8 @@ Value Lowered(const Value& v, bool case_sensitive) {
 
 std::optional<double> ParsePyFloat(absl::string_view text) {
   std::string s(absl::StripAsciiWhitespace(text));
-  if (s.empty() || s.find_first_of("xXpP") != std::string::npos) return std::nullopt;
+  if (s.empty() || s.find_first_of("xXpP") != std::string::npos)
+    return std::nullopt;
   char* end = nullptr;
   double d = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size()) return std::nullopt;
@@ -199,7 +212,8 @@ std::optional<double> ParsePyFloat(absl::string_view text) {
 
 std::optional<int64_t> ParsePyInt(absl::string_view text, int base) {
   std::string s(absl::StripAsciiWhitespace(text));
-  if (s.empty() || s.find_first_of(" \t") != std::string::npos) return std::nullopt;
+  if (s.empty() || s.find_first_of(" \t") != std::string::npos)
+    return std::nullopt;
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(s.c_str(), &end, base);
@@ -214,13 +228,15 @@ absl::StatusOr<Value> FTrim(const Value& v, const CallArgs& a) {
   if (!s.ok()) return s.status();
   const Value* chars = a.Get(0, "chars");
   std::optional<std::string> set;
-  if (chars != nullptr && !chars->none()) set = chars->is_string() ? chars->str() : "";
+  if (chars != nullptr && !chars->none())
+    set = chars->is_string() ? chars->str() : "";
   return Value(Strip(*s, set, true, true));
 }
 
 absl::StatusOr<Value> FLength(const Value& v, const CallArgs&) {
   if (v.undefined()) return Value(0);
-  if (v.is_string()) return Value(static_cast<int64_t>(CodePointCount(v.str())));
+  if (v.is_string())
+    return Value(static_cast<int64_t>(CodePointCount(v.str())));
   if (v.is_list()) return Value(static_cast<int64_t>(v.list().items.size()));
   if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().items.size()));
   return Err(absl::StrCat("object of type '", TypeName(v), "' has no len()"));
@@ -258,7 +274,8 @@ absl::StatusOr<Value> FToJson(const Value& v, const CallArgs& a) {
   const Value* seps = a.Get(2, "separators");
   if (seps != nullptr && !seps->none()) {
     if (!seps->is_list() || seps->list().items.size() != 2 ||
-        !seps->list().items[0].is_string() || !seps->list().items[1].is_string()) {
+        !seps->list().items[0].is_string() ||
+        !seps->list().items[1].is_string()) {
       return Err("tojson: separators must be two strings");
     }
     options.item_separator = seps->list().items[0].str();
@@ -294,12 +311,14 @@ absl::StatusOr<Value> FJoin(const Value& v, const CallArgs& a) {
   std::string out;
   for (size_t i = 0; i < items->size(); ++i) {
     Value item = (*items)[i];
-    if (attribute != nullptr && attribute->is_string()) item = GetAttr(item, attribute->str());
+    if (attribute != nullptr && attribute->is_string())
+      item = GetAttr(item, attribute->str());
     auto s = ToStr(item);
     if (!s.ok()) return s.status();
     if (i > 0) out += *sep;
     out += *s;
-    if (out.size() > kMaxStringBytes) return Err("join: the result is too long");
+    if (out.size() > kMaxStringBytes)
+      return Err("join: the result is too long");
   }
   return Value(std::move(out));
 }
@@ -339,15 +358,18 @@ absl::StatusOr<Value> FSort(const Value& v, const CallArgs& a) {
   bool case_sensitive = BoolArg(a, 1, "case_sensitive");
   const Value* attribute = a.Get(2, "attribute");
   auto key = [&](const Value& item) {
-    Value k = attribute != nullptr && attribute->is_string() ? GetAttr(item, attribute->str()) : item;
+    Value k = attribute != nullptr && attribute->is_string()
+                  ? GetAttr(item, attribute->str())
+                  : item;
     return Lowered(k, case_sensitive);
   };
   absl::Status error;
-  std::stable_sort(items->begin(), items->end(), [&](const Value& x, const Value& y) {
-    auto less = reverse ? Less(key(y), key(x)) : Less(key(x), key(y));
-    if (!less.ok()) error = less.status();
-    return less.ok() && *less;
-  });
+  std::stable_sort(
+      items->begin(), items->end(), [&](const Value& x, const Value& y) {
+        auto less = reverse ? Less(key(y), key(x)) : Less(key(x), key(y));
+        if (!less.ok()) error = less.status();
+        return less.ok() && *less;
+      });
   if (!error.ok()) return error;
   return MakeList(*std::move(items));
 }
@@ -356,7 +378,8 @@ absl::StatusOr<Value> FReplace(const Value& v, const CallArgs& a) {
   auto s = ToStr(v);
   auto old = StrArg(a, 0, "old", "");
   auto repl = StrArg(a, 1, "new", "");
-  if (!s.ok() || !old.ok() || !repl.ok()) return Err("replace: arguments must be strings");
+  if (!s.ok() || !old.ok() || !repl.ok())
+    return Err("replace: arguments must be strings");
   auto out = Replace(*s, *old, *repl, IntArg(a, 2, "count").value_or(-1));
   if (!out.ok()) return out.status();
   return Value(*std::move(out));
@@ -368,16 +391,19 @@ absl::StatusOr<Value> FInt(const Value& v, const CallArgs& a) {
   if (v.is_int()) return Value(v.as_int());
   if (v.is_float()) {
     double d = std::trunc(v.as_float());
-    if (!std::isfinite(d) || std::fabs(d) > 9.2e18) return Err("int: the number is out of range");
+    if (!std::isfinite(d) || std::fabs(d) > 9.2e18)
+      return Err("int: the number is out of range");
     return Value(static_cast<int64_t>(d));
   }
   if (!v.is_string()) return def;
-  if (auto i = ParsePyInt(v.str(), static_cast<int>(IntArg(a, 1, "base").value_or(10)))) {
+  if (auto i = ParsePyInt(
+          v.str(), static_cast<int>(IntArg(a, 1, "base").value_or(10)))) {
     return Value(*i);
   }
   auto d = ParsePyFloat(v.str());
   if (!d) return def;
-  if (!std::isfinite(*d) || std::fabs(*d) > 9.2e18) return Err("int: the number is out of range");
+  if (!std::isfinite(*d) || std::fabs(*d) > 9.2e18)
+    return Err("int: the number is out of range");
   return Value(static_cast<int64_t>(std::trunc(*d)));
 }
 
@@ -392,7 +418,8 @@ absl::StatusOr<Value> FFloat(const Value& v, const CallArgs& a) {
 
 absl::StatusOr<Value> FAbs(const Value& v, const CallArgs&) {
   if (v.is_float()) return Value(std::fabs(v.as_float()));
-  if (v.is_int() && v.as_int() != INT64_MIN) return Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  if (v.is_int() && v.as_int() != INT64_MIN)
+    return Value(static_cast<int64_t>(std::llabs(v.as_int())));
   return Err(absl::StrCat("bad operand type for abs(): '", TypeName(v), "'"));
 }
 
@@ -407,7 +434,8 @@ double RoundHalfEven(double value, int64_t precision) {
 }
 
 absl::StatusOr<Value> FRound(const Value& v, const CallArgs& a) {
-  if (!v.is_number()) return Err(absl::StrCat("round: '", TypeName(v), "' is not a number"));
+  if (!v.is_number())
+    return Err(absl::StrCat("round: '", TypeName(v), "' is not a number"));
   int64_t precision = IntArg(a, 0, "precision").value_or(0);
   auto method = StrArg(a, 1, "method", "common");
   if (!method.ok()) return method.status();
@@ -441,33 +469,46 @@ absl::StatusOr<Value> SelectOrReject(const Value& v, const CallArgs& a,
   size_t next = 0;
   std::string attribute;
   if (by_attribute) {
-    if (a.args.empty() || !a.args[0].is_string()) return Err("selectattr: an attribute name is required");
+    if (a.args.empty() || !a.args[0].is_string())
+      return Err("selectattr: an attribute name is required");
     attribute = a.args[0].str();
     next = 1;
   }
   std::string test;
   CallArgs test_args;
   if (a.args.size() > next) {
-    if (!a.args[next].is_string()) return Err("select: the test name must be a string");
+    if (!a.args[next].is_string())
+      return Err("select: the test name must be a string");
     test = a.args[next].str();
-    if (!IsTest(test)) return Err(absl::StrCat("test '", test, "' is not supported"));
-    test_args.args.assign(a.args.begin() + static_cast<long>(next) + 1, a.args.end());
+    if (!IsTest(test))
+      return Err(absl::StrCat("test '", test, "' is not supported"));
+    test_args.args.assign(a.args.begin() + static_cast<long>(next) + 1,
+                          a.args.end());
   }
   std::vector<Value> out;
   for (const Value& item : *items) {
     Value subject = by_attribute ? GetAttr(item, attribute) : item;
-    absl::StatusOr<bool> pass = test.empty() ? absl::StatusOr<bool>(Truthy(subject))
-                                             : ApplyTest(test, subject, test_args);
+    absl::StatusOr<bool> pass = test.empty()
+                                    ? absl::StatusOr<bool>(Truthy(subject))
+                                    : ApplyTest(test, subject, test_args);
     if (!pass.ok()) return pass.status();
     if (*pass == select) out.push_back(item);
   }
   return MakeList(std::move(out));
 }
 
-absl::StatusOr<Value> FSelect(const Value& v, const CallArgs& a) { return SelectOrReject(v, a, false, true); }
-absl::StatusOr<Value> FReject(const Value& v, const CallArgs& a) { return SelectOrReject(v, a, false, false); }
-absl::StatusOr<Value> FSelectAttr(const Value& v, const CallArgs& a) { return SelectOrReject(v, a, true, true); }
-absl::StatusOr<Value> FRejectAttr(const Value& v, const CallArgs& a) { return SelectOrReject(v, a, true, false); }
+absl::StatusOr<Value> FSelect(const Value& v, const CallArgs& a) {
+  return SelectOrReject(v, a, false, true);
+}
+absl::StatusOr<Value> FReject(const Value& v, const CallArgs& a) {
+  return SelectOrReject(v, a, false, false);
+}
+absl::StatusOr<Value> FSelectAttr(const Value& v, const CallArgs& a) {
+  return SelectOrReject(v, a, true, true);
+}
+absl::StatusOr<Value> FRejectAttr(const Value& v, const CallArgs& a) {
+  return SelectOrReject(v, a, true, false);
+}
 
 absl::StatusOr<Value> FMap(const Value& v, const CallArgs& a) {
   auto items = Iterate(v);
@@ -505,9 +546,11 @@ absl::StatusOr<Value> FUnique(const Value& v, const CallArgs& a) {
   std::vector<Value> out, seen;
   for (const Value& item : *items) {
     Value key = Lowered(attribute != nullptr && attribute->is_string()
-                            ? GetAttr(item, attribute->str()) : item,
+                            ? GetAttr(item, attribute->str())
+                            : item,
                         case_sensitive);
-    bool dup = std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, key); });
+    bool dup = std::any_of(seen.begin(), seen.end(),
+                           [&](const Value& s) { return Equal(s, key); });
     if (dup) continue;
     seen.push_back(key);
     out.push_back(item);
@@ -518,34 +561,59 @@ absl::StatusOr<Value> FUnique(const Value& v, const CallArgs& a) {
 absl::StatusOr<Value> FSafe(const Value& v, const CallArgs&) { return v; }
 
 const std::map<absl::string_view, Filter>& Filters() {
-  static const auto* filters = new std::map<absl::string_view, Filter>{
-      {"trim", FTrim}, {"length", FLength}, {"count", FLength},
-      {"lower", FLower}, {"upper", FUpper}, {"capitalize", FCapitalize},
-      {"title", FTitle}, {"tojson", FToJson}, {"default", FDefault},
-      {"d", FDefault}, {"string", FString}, {"join", FJoin},
-      {"first", FFirst}, {"last", FLast}, {"list", FList},
-      {"reverse", FReverse}, {"sort", FSort}, {"replace", FReplace},
-      {"int", FInt}, {"float", FFloat}, {"abs", FAbs}, {"round", FRound},
-      {"items", FItems}, {"select", FSelect}, {"reject", FReject},
-      {"selectattr", FSelectAttr}, {"rejectattr", FRejectAttr},
-      {"map", FMap}, {"unique", FUnique}, {"safe", FSafe}};
+  static const auto* filters =
+      new std::map<absl::string_view, Filter>{{"trim", FTrim},
+                                              {"length", FLength},
+                                              {"count", FLength},
+                                              {"lower", FLower},
+                                              {"upper", FUpper},
+                                              {"capitalize", FCapitalize},
+                                              {"title", FTitle},
+                                              {"tojson", FToJson},
+                                              {"default", FDefault},
+                                              {"d", FDefault},
+                                              {"string", FString},
+                                              {"join", FJoin},
+                                              {"first", FFirst},
+                                              {"last", FLast},
+                                              {"list", FList},
+                                              {"reverse", FReverse},
+                                              {"sort", FSort},
+                                              {"replace", FReplace},
+                                              {"int", FInt},
+                                              {"float", FFloat},
+                                              {"abs", FAbs},
+                                              {"round", FRound},
+                                              {"items", FItems},
+                                              {"select", FSelect},
+                                              {"reject", FReject},
+                                              {"selectattr", FSelectAttr},
+                                              {"rejectattr", FRejectAttr},
+                                              {"map", FMap},
+                                              {"unique", FUnique},
+                                              {"safe", FSafe}};
   return *filters;
 }
 
 // ---- tests ----
 
-absl::StatusOr<bool> Compare(absl::string_view op, const Value& v, const CallArgs& a) {
-  if (a.args.empty()) return Err(absl::StrCat("test '", op, "' needs an argument"));
+absl::StatusOr<bool> Compare(absl::string_view op, const Value& v,
+                             const CallArgs& a) {
+  if (a.args.empty())
+    return Err(absl::StrCat("test '", op, "' needs an argument"));
   const Value& other = a.args[0];
   if (op == "eq") return Equal(v, other);
   if (op == "ne") return !Equal(v, other);
-  absl::StatusOr<bool> r = (op == "lt" || op == "ge") ? Less(v, other) : Less(other, v);
+  absl::StatusOr<bool> r =
+      (op == "lt" || op == "ge") ? Less(v, other) : Less(other, v);
   if (!r.ok()) return r;
   return (op == "lt" || op == "gt") ? *r : !*r;
 }
 
-absl::StatusOr<bool> NumberTest(absl::string_view name, const Value& v, const CallArgs& a) {
-  if (!v.is_int()) return Err(absl::StrCat("test '", name, "' needs an integer"));
+absl::StatusOr<bool> NumberTest(absl::string_view name, const Value& v,
+                                const CallArgs& a) {
+  if (!v.is_int())
+    return Err(absl::StrCat("test '", name, "' needs an integer"));
   int64_t n = v.as_int();
   if (name == "odd") return n % 2 != 0;
   if (name == "even") return n % 2 == 0;
@@ -558,10 +626,12 @@ absl::StatusOr<bool> InTest(const Value& v, const CallArgs& a) {
   if (a.args.empty()) return Err("test 'in' needs an argument");
   const Value& seq = a.args[0];
   if (seq.is_string()) {
-    if (!v.is_string()) return Err("'in <string>' requires a string on the left");
+    if (!v.is_string())
+      return Err("'in <string>' requires a string on the left");
     return seq.str().find(v.str()) != std::string::npos;
   }
-  if (seq.is_dict()) return v.is_string() && seq.dict().Find(v.str()) != nullptr;
+  if (seq.is_dict())
+    return v.is_string() && seq.dict().Find(v.str()) != nullptr;
   if (seq.is_list()) {
     for (const Value& item : seq.list().items) {
       if (Equal(item, v)) return true;
@@ -569,15 +639,18 @@ absl::StatusOr<bool> InTest(const Value& v, const CallArgs& a) {
     return false;
   }
   if (seq.undefined()) return false;
-  return Err(absl::StrCat("argument of type '", TypeName(seq), "' is not iterable"));
+  return Err(
+      absl::StrCat("argument of type '", TypeName(seq), "' is not iterable"));
 }
 
 const std::set<absl::string_view>& TestNames() {
   static const auto* names = new std::set<absl::string_view>{
-      "defined", "undefined", "none", "string", "number", "integer", "float",
-      "boolean", "mapping", "iterable", "sequence", "true", "false", "odd",
-      "even", "divisibleby", "equalto", "eq", "ne", "lt", "le", "gt", "ge",
-      "greaterthan", "lessthan", "in", "sameas", "callable", "lower", "upper"};
+      "defined",     "undefined", "none",     "string",      "number",
+      "integer",     "float",     "boolean",  "mapping",     "iterable",
+      "sequence",    "true",      "false",    "odd",         "even",
+      "divisibleby", "equalto",   "eq",       "ne",          "lt",
+      "le",          "gt",        "ge",       "greaterthan", "lessthan",
+      "in",          "sameas",    "callable", "lower",       "upper"};
   return *names;
 }
 
@@ -591,13 +664,17 @@ absl::StatusOr<bool> TypeTest(absl::string_view name, const Value& v) {
   if (name == "float") return v.is_float();
   if (name == "boolean") return v.is_bool();
   if (name == "mapping") return v.is_dict();
-  if (name == "iterable") return v.undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "sequence") return v.undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "iterable")
+    return v.undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "sequence")
+    return v.undefined() || v.is_string() || v.is_list() || v.is_dict();
   if (name == "true") return v.is_bool() && std::get<bool>(v.v);
   if (name == "false") return v.is_bool() && !std::get<bool>(v.v);
   if (name == "callable") return v.is_callable();
-  if (name == "lower") return v.is_string() && absl::AsciiStrToLower(v.str()) == v.str();
-  if (name == "upper") return v.is_string() && absl::AsciiStrToUpper(v.str()) == v.str();
+  if (name == "lower")
+    return v.is_string() && absl::AsciiStrToLower(v.str()) == v.str();
+  if (name == "upper")
+    return v.is_string() && absl::AsciiStrToUpper(v.str()) == v.str();
   return Err(absl::StrCat("test '", name, "' is not supported"));
 }
 
@@ -614,10 +691,12 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
   if (name == "startswith" || name == "endswith") {
     const Value* arg = a.Get(0, "prefix");
     if (arg == nullptr) return Err(absl::StrCat(name, "() takes an argument"));
-    std::vector<Value> options = arg->is_list() ? arg->list().items : std::vector<Value>{*arg};
+    std::vector<Value> options =
+        arg->is_list() ? arg->list().items : std::vector<Value>{*arg};
     for (const Value& o : options) {
       if (!o.is_string()) return Err(absl::StrCat(name, "() needs strings"));
-      bool hit = name == "startswith" ? s.starts_with(o.str()) : s.ends_with(o.str());
+      bool hit =
+          name == "startswith" ? s.starts_with(o.str()) : s.ends_with(o.str());
       if (hit) return Value(true);
     }
     return Value(false);
@@ -626,7 +705,8 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
     const Value* sep = a.Get(0, "sep");
     std::optional<std::string> separator;
     if (sep != nullptr && !sep->none()) {
-      if (!sep->is_string() || sep->str().empty()) return Err("split(): empty or non-string separator");
+      if (!sep->is_string() || sep->str().empty())
+        return Err("split(): empty or non-string separator");
       separator = sep->str();
     }
     return Split(s, separator, IntArg(a, 1, "maxsplit").value_or(-1));
@@ -638,10 +718,12 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
   if (name == "replace") {
     const Value* old = a.Get(0, "old");
     const Value* repl = a.Get(1, "new");
-    if (old == nullptr || repl == nullptr || !old->is_string() || !repl->is_string()) {
+    if (old == nullptr || repl == nullptr || !old->is_string() ||
+        !repl->is_string()) {
       return Err("replace() takes two strings");
     }
-    auto out = Replace(s, old->str(), repl->str(), IntArg(a, 2, "count").value_or(-1));
+    auto out =
+        Replace(s, old->str(), repl->str(), IntArg(a, 2, "count").value_or(-1));
     if (!out.ok()) return out.status();
     return Value(*std::move(out));
   }
@@ -654,7 +736,8 @@ absl::StatusOr<Value> DictMethod(const DictPtr& d, absl::string_view name,
   if (name == "get") {
     const Value* key = a.Get(0, "key");
     const Value* fallback = a.Get(1, "default");
-    const Value* got = key != nullptr && key->is_string() ? d->Find(key->str()) : nullptr;
+    const Value* got =
+        key != nullptr && key->is_string() ? d->Find(key->str()) : nullptr;
     if (got != nullptr) return *got;
     return fallback != nullptr ? *fallback : Value(None{});
   }
@@ -668,8 +751,9 @@ absl::StatusOr<Value> DictMethod(const DictPtr& d, absl::string_view name,
 
 const std::set<absl::string_view> kStringMethods = {
     "strip", "lstrip", "rstrip", "startswith", "endswith", "split",
-    "upper", "lower", "title", "capitalize", "replace"};
-const std::set<absl::string_view> kDictMethods = {"items", "keys", "values", "get"};
+    "upper", "lower",  "title",  "capitalize", "replace"};
+const std::set<absl::string_view> kDictMethods = {"items", "keys", "values",
+                                                  "get"};
 
 // ---- globals ----
 
@@ -677,18 +761,22 @@ absl::StatusOr<Value> Range(const CallArgs& a) {
   for (const Value& v : a.args) {
     if (!v.is_int()) return Err("range() takes integers");
   }
-  if (a.args.empty() || a.args.size() > 3) return Err("range() takes 1 to 3 arguments");
+  if (a.args.empty() || a.args.size() > 3)
+    return Err("range() takes 1 to 3 arguments");
   int64_t start = a.args.size() > 1 ? a.args[0].as_int() : 0;
   int64_t stop = a.args.size() > 1 ? a.args[1].as_int() : a.args[0].as_int();
   int64_t step = a.args.size() > 2 ? a.args[2].as_int() : 1;
   if (step == 0) return Err("range() step must not be zero");
-  long double count = step > 0 ? std::ceil((static_cast<long double>(stop) - start) / step)
-                               : std::ceil((static_cast<long double>(start) - stop) / -step);
+  long double count =
+      step > 0 ? std::ceil((static_cast<long double>(stop) - start) / step)
+               : std::ceil((static_cast<long double>(start) - stop) / -step);
   if (count > static_cast<long double>(kMaxRange)) {
-    return Err(absl::StrCat("range() of more than ", kMaxRange, " items (the sandbox's limit)"));
+    return Err(absl::StrCat("range() of more than ", kMaxRange,
+                            " items (the sandbox's limit)"));
   }
   std::vector<Value> out;
-  for (int64_t i = 0; i < static_cast<int64_t>(std::max<long double>(count, 0)); ++i) {
+  for (int64_t i = 0; i < static_cast<int64_t>(std::max<long double>(count, 0));
+       ++i) {
     out.push_back(Value(start + i * step));
   }
   return MakeList(std::move(out));
@@ -697,7 +785,8 @@ absl::StatusOr<Value> Range(const CallArgs& a) {
 absl::StatusOr<Value> MakeNamespaceOrDict(const CallArgs& a, bool ns) {
   Dict attrs;
   if (!a.args.empty()) {
-    if (a.args.size() > 1 || !a.args[0].is_dict()) return Err("namespace()/dict() takes one dict or keywords");
+    if (a.args.size() > 1 || !a.args[0].is_dict())
+      return Err("namespace()/dict() takes one dict or keywords");
     attrs = a.args[0].dict();
   }
   for (const auto& [key, value] : a.kwargs) attrs.Set(key, value);
@@ -708,7 +797,8 @@ absl::StatusOr<Value> MakeNamespaceOrDict(const CallArgs& a, bool ns) {
 }
 
 absl::StatusOr<Value> StrftimeNow(const CallArgs& a) {
-  if (a.args.size() != 1 || !a.args[0].is_string()) return Err("strftime_now() takes a format string");
+  if (a.args.size() != 1 || !a.args[0].is_string())
+    return Err("strftime_now() takes a format string");
   std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
@@ -717,7 +807,8 @@ absl::StatusOr<Value> StrftimeNow(const CallArgs& a) {
   return Value(std::string(buf, n));
 }
 
-Value MakeCallable(std::string name, std::function<absl::StatusOr<Value>(const CallArgs&)> fn) {
+Value MakeCallable(std::string name,
+                   std::function<absl::StatusOr<Value>(const CallArgs&)> fn) {
   auto c = std::make_shared<Callable>();
   c->name = std::move(name);
   c->fn = std::move(fn);
@@ -729,7 +820,8 @@ Value MakeCallable(std::string name, std::function<absl::StatusOr<Value>(const C
 bool IsFilter(absl::string_view name) { return Filters().count(name) > 0; }
 bool IsTest(absl::string_view name) { return TestNames().count(name) > 0; }
 bool IsMethod(absl::string_view name) {
-  return kStringMethods.count(name) || kDictMethods.count(name) || name == "cycle";
+  return kStringMethods.count(name) || kDictMethods.count(name) ||
+         name == "cycle";
 }
 bool IsGlobalFunction(absl::string_view name) {
   return name == "range" || name == "namespace" || name == "dict" ||
@@ -739,23 +831,26 @@ bool IsGlobalFunction(absl::string_view name) {
 absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& value,
                                   const CallArgs& args) {
   auto it = Filters().find(name);
-  if (it == Filters().end()) return Err(absl::StrCat("filter '", name, "' is not supported"));
+  if (it == Filters().end())
+    return Err(absl::StrCat("filter '", name, "' is not supported"));
   return it->second(value, args);
 }
 
 absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& value,
                                const CallArgs& args) {
   static const std::map<absl::string_view, absl::string_view> kCompare = {
-      {"equalto", "eq"}, {"eq", "eq"}, {"sameas", "eq"}, {"ne", "ne"},
-      {"lt", "lt"}, {"lessthan", "lt"}, {"le", "le"}, {"gt", "gt"},
+      {"equalto", "eq"},     {"eq", "eq"},       {"sameas", "eq"}, {"ne", "ne"},
+      {"lt", "lt"},          {"lessthan", "lt"}, {"le", "le"},     {"gt", "gt"},
       {"greaterthan", "gt"}, {"ge", "ge"}};
   if (auto it = kCompare.find(name); it != kCompare.end()) {
-    if (name == "sameas" && !args.args.empty() && !(value.none() || value.is_bool())) {
+    if (name == "sameas" && !args.args.empty() &&
+        !(value.none() || value.is_bool())) {
       return Err("test 'sameas' is only supported for none, true and false");
     }
     return Compare(it->second, value, args);
   }
-  if (name == "odd" || name == "even" || name == "divisibleby") return NumberTest(name, value, args);
+  if (name == "odd" || name == "even" || name == "divisibleby")
+    return NumberTest(name, value, args);
   if (name == "in") return InTest(value, args);
   return TypeTest(name, value);
 }
@@ -764,12 +859,14 @@ std::optional<Value> BoundMethod(const Value& object, absl::string_view name) {
   if (object.is_string() && kStringMethods.count(name)) {
     std::string s = object.str();
     std::string n(name);
-    return MakeCallable(n, [s, n](const CallArgs& a) { return StringMethod(s, n, a); });
+    return MakeCallable(
+        n, [s, n](const CallArgs& a) { return StringMethod(s, n, a); });
   }
   if (object.is_dict() && kDictMethods.count(name)) {
     DictPtr d = std::get<DictPtr>(object.v);
     std::string n(name);
-    return MakeCallable(n, [d, n](const CallArgs& a) { return DictMethod(d, n, a); });
+    return MakeCallable(
+        n, [d, n](const CallArgs& a) { return DictMethod(d, n, a); });
   }
   return std::nullopt;
 }
@@ -777,10 +874,14 @@ std::optional<Value> BoundMethod(const Value& object, absl::string_view name) {
 Value GlobalFunction(absl::string_view name) {
   if (name == "range") return MakeCallable("range", Range);
   if (name == "namespace") {
-    return MakeCallable("namespace", [](const CallArgs& a) { return MakeNamespaceOrDict(a, true); });
+    return MakeCallable("namespace", [](const CallArgs& a) {
+      return MakeNamespaceOrDict(a, true);
+    });
   }
   if (name == "dict") {
-    return MakeCallable("dict", [](const CallArgs& a) { return MakeNamespaceOrDict(a, false); });
+    return MakeCallable("dict", [](const CallArgs& a) {
+      return MakeNamespaceOrDict(a, false);
+    });
   }
   if (name == "strftime_now") return MakeCallable("strftime_now", StrftimeNow);
   return Value();
@@ -793,7 +894,8 @@ Value GetAttr(const Value& object, absl::string_view name) {
     if (current.is_dict()) next = current.dict().Find(part);
     if (current.is_namespace()) next = current.ns().attrs.Find(part);
     if (current.is_list() && !part.empty() &&
-        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        std::all_of(part.begin(), part.end(),
+                    [](char c) { return c >= '0' && c <= '9'; })) {
       size_t i = std::strtoul(std::string(part).c_str(), nullptr, 10);
       if (i < current.list().items.size()) next = &current.list().items[i];
     }

@@ -20,7 +20,8 @@ namespace {
 enum class Flow { kNormal, kBreak, kContinue };
 
 absl::Status AtLine(const absl::Status& status, int line) {
-  if (status.ok() || absl::StartsWith(status.message(), "chat template line ")) {
+  if (status.ok() ||
+      absl::StartsWith(status.message(), "chat template line ")) {
     return status;
   }
   return TemplateError(line, status.message());
@@ -72,7 +73,8 @@ absl::StatusOr<Value> IntArith(absl::string_view op, int64_t a, int64_t b) {
   }
   if (op == "**") {
     r = 1;
-    for (int64_t i = 0; i < b && !overflow; ++i) overflow = __builtin_mul_overflow(r, a, &r);
+    for (int64_t i = 0; i < b && !overflow; ++i)
+      overflow = __builtin_mul_overflow(r, a, &r);
   }
   if (overflow) return Err(absl::StrCat("integer overflow in '", op, "'"));
   return Value(r);
@@ -104,7 +106,8 @@ absl::StatusOr<Value> FloatArith(absl::string_view op, double a, double b) {
   return Value(floor_div);
 }
 
-absl::StatusOr<Value> Arith(absl::string_view op, const Value& a, const Value& b) {
+absl::StatusOr<Value> Arith(absl::string_view op, const Value& a,
+                            const Value& b) {
   if (!a.is_number() || !b.is_number()) return Unsupported(op, a, b);
   if (op == "/") return FloatArith(op, a.as_float(), b.as_float());
   if (a.is_int() && b.is_int() && !(op == "**" && b.as_int() < 0)) {
@@ -146,7 +149,8 @@ class Evaluator {
   absl::StatusOr<Value> EvalCompare(const Expr& e);
   absl::StatusOr<Value> EvalSequence(const Expr& e);
   absl::StatusOr<Value> EvalDict(const Expr& e);
-  absl::StatusOr<Value> Concat(absl::string_view op, const Value& a, const Value& b);
+  absl::StatusOr<Value> Concat(absl::string_view op, const Value& a,
+                               const Value& b);
   absl::StatusOr<Value> Repeat(const Value& seq, int64_t times);
 
   Limits limits_;
@@ -157,7 +161,8 @@ class Evaluator {
 
 absl::Status Evaluator::Append(std::string& out, absl::string_view s) {
   if (out.size() + s.size() > limits_.max_output) {
-    return Err(absl::StrCat("the output is over ", limits_.max_output, " bytes"));
+    return Err(
+        absl::StrCat("the output is over ", limits_.max_output, " bytes"));
   }
   absl::StrAppend(&out, s);
   work_ += static_cast<int64_t>(s.size());
@@ -199,15 +204,20 @@ absl::StatusOr<Flow> Evaluator::ExecNode(const Node& node, std::string& out) {
       if (auto a = Append(out, *s); !a.ok()) return a;
       return Flow::kNormal;
     }
-    case Node::Kind::kIf: return ExecIf(node, out);
-    case Node::Kind::kFor: return ExecFor(node, out);
+    case Node::Kind::kIf:
+      return ExecIf(node, out);
+    case Node::Kind::kFor:
+      return ExecFor(node, out);
     case Node::Kind::kSet:
     case Node::Kind::kSetBlock:
       if (auto s = ExecSet(node, out); !s.ok()) return s;
       return Flow::kNormal;
-    case Node::Kind::kBreak: return Flow::kBreak;
-    case Node::Kind::kContinue: return Flow::kContinue;
-    case Node::Kind::kGeneration: return Exec(node.body, out);
+    case Node::Kind::kBreak:
+      return Flow::kBreak;
+    case Node::Kind::kContinue:
+      return Flow::kContinue;
+    case Node::Kind::kGeneration:
+      return Exec(node.body, out);
   }
   return Flow::kNormal;
 }
@@ -231,11 +241,15 @@ absl::Status Evaluator::Bind(const std::vector<std::string>& targets,
     return absl::OkStatus();
   }
   auto parts = Iterate(item);
-  if (!parts.ok() || item.is_dict()) return Err(absl::StrCat("cannot unpack a '", TypeName(item), "' into ", targets.size(), " names"));
+  if (!parts.ok() || item.is_dict())
+    return Err(absl::StrCat("cannot unpack a '", TypeName(item), "' into ",
+                            targets.size(), " names"));
   if (parts->size() != targets.size()) {
-    return Err(absl::StrCat("expected ", targets.size(), " values to unpack, got ", parts->size()));
+    return Err(absl::StrCat("expected ", targets.size(),
+                            " values to unpack, got ", parts->size()));
   }
-  for (size_t i = 0; i < targets.size(); ++i) frames_.back()[targets[i]] = (*parts)[i];
+  for (size_t i = 0; i < targets.size(); ++i)
+    frames_.back()[targets[i]] = (*parts)[i];
   return absl::OkStatus();
 }
 
@@ -294,8 +308,8 @@ absl::StatusOr<Flow> Evaluator::ExecFor(const Node& node, std::string& out) {
     if (*flow == Flow::kBreak) break;
   }
   if (iterations_ > limits_.max_iterations) {
-    return Err(absl::StrCat("the template runs more than ", limits_.max_iterations,
-                            " loop iterations"));
+    return Err(absl::StrCat("the template runs more than ",
+                            limits_.max_iterations, " loop iterations"));
   }
   if (!items.empty() || node.else_body.empty()) return Flow::kNormal;
   frames_.emplace_back();
@@ -343,7 +357,8 @@ absl::Status Evaluator::ExecSet(const Node& node, std::string& out) {
   if (!target.ok()) return target.status();
   if (!target->is_namespace()) {
     return Err(absl::StrCat("'{% set ", node.targets[0], ".", node.attr,
-                            " %}' needs a namespace(), not a '", TypeName(*target), "'"));
+                            " %}' needs a namespace(), not a '",
+                            TypeName(*target), "'"));
   }
   if (HoldsNamespace(value)) {
     return Err(absl::StrCat("'{% set ", node.targets[0], ".", node.attr,
@@ -389,12 +404,18 @@ absl::StatusOr<Value> Evaluator::Eval(const Expr& e) {
 absl::StatusOr<Value> Evaluator::EvalInner(const Expr& e) {
   using K = Expr::Kind;
   switch (e.kind) {
-    case K::kLiteral: return e.literal;
-    case K::kName: return Lookup(e.name);
-    case K::kAttr: return EvalAttr(e);
-    case K::kItem: return EvalItem(e);
-    case K::kSlice: return EvalSlice(e);
-    case K::kCall: return EvalCall(e);
+    case K::kLiteral:
+      return e.literal;
+    case K::kName:
+      return Lookup(e.name);
+    case K::kAttr:
+      return EvalAttr(e);
+    case K::kItem:
+      return EvalItem(e);
+    case K::kSlice:
+      return EvalSlice(e);
+    case K::kCall:
+      return EvalCall(e);
     case K::kFilter:
     case K::kTest: {
       auto operand = Eval(*e.children[0]);
@@ -410,7 +431,10 @@ absl::StatusOr<Value> Evaluator::EvalInner(const Expr& e) {
     case K::kPos: {
       auto v = Eval(*e.children[0]);
       if (!v.ok()) return v;
-      if (!v->is_number()) return Err(absl::StrCat("bad operand type for unary ", e.kind == K::kNeg ? "-" : "+", ": '", TypeName(*v), "'"));
+      if (!v->is_number())
+        return Err(absl::StrCat("bad operand type for unary ",
+                                e.kind == K::kNeg ? "-" : "+", ": '",
+                                TypeName(*v), "'"));
       if (e.kind == K::kPos) return v->is_bool() ? Value(v->as_int()) : *v;
       if (v->is_float()) return Value(-v->as_float());
       return IntArith("-", 0, v->as_int());
@@ -420,8 +444,10 @@ absl::StatusOr<Value> Evaluator::EvalInner(const Expr& e) {
       if (!v.ok()) return v;
       return Value(!Truthy(*v));
     }
-    case K::kBinary: return EvalBinary(e);
-    case K::kCompare: return EvalCompare(e);
+    case K::kBinary:
+      return EvalBinary(e);
+    case K::kCompare:
+      return EvalCompare(e);
     case K::kAnd:
     case K::kOr: {
       auto left = Eval(*e.children[0]);
@@ -433,26 +459,31 @@ absl::StatusOr<Value> Evaluator::EvalInner(const Expr& e) {
       auto test = Eval(*e.children[1]);
       if (!test.ok()) return test;
       if (Truthy(*test)) return Eval(*e.children[0]);
-      return e.children[2] ? Eval(*e.children[2]) : absl::StatusOr<Value>(Value());
+      return e.children[2] ? Eval(*e.children[2])
+                           : absl::StatusOr<Value>(Value());
     }
     case K::kList:
-    case K::kTuple: return EvalSequence(e);
-    case K::kDict: return EvalDict(e);
+    case K::kTuple:
+      return EvalSequence(e);
+    case K::kDict:
+      return EvalDict(e);
   }
   return Value();
 }
 
 absl::Status UndefinedAccess(const Expr& object, absl::string_view what) {
-  std::string name = object.kind == Expr::Kind::kName ? absl::StrCat("'", object.name, "'")
-                     : object.kind == Expr::Kind::kAttr ? absl::StrCat("'.", object.name, "'")
-                                                        : std::string("the value");
+  std::string name =
+      object.kind == Expr::Kind::kName   ? absl::StrCat("'", object.name, "'")
+      : object.kind == Expr::Kind::kAttr ? absl::StrCat("'.", object.name, "'")
+                                         : std::string("the value");
   return Err(absl::StrCat(name, " is undefined (reading ", what, " of it)"));
 }
 
 absl::StatusOr<Value> Evaluator::EvalAttr(const Expr& e) {
   auto object = Eval(*e.children[0]);
   if (!object.ok()) return object;
-  if (object->undefined()) return UndefinedAccess(*e.children[0], absl::StrCat("'.", e.name, "'"));
+  if (object->undefined())
+    return UndefinedAccess(*e.children[0], absl::StrCat("'.", e.name, "'"));
   if (auto method = BoundMethod(*object, e.name)) return *method;
   return GetAttr(*object, e.name);
 }
@@ -470,7 +501,8 @@ absl::StatusOr<Value> Evaluator::EvalItem(const Expr& e) {
     if (auto method = BoundMethod(*object, key->str())) return *method;
     return GetAttr(*object, key->str());
   }
-  if (!key->is_int() || !(object->is_list() || object->is_string())) return Value();
+  if (!key->is_int() || !(object->is_list() || object->is_string()))
+    return Value();
   int64_t i = key->as_int();
   if (object->is_list()) {
     const auto& items = object->list().items;
@@ -481,7 +513,8 @@ absl::StatusOr<Value> Evaluator::EvalItem(const Expr& e) {
   std::vector<absl::string_view> cps = CodePoints(object->str());
   int64_t n = static_cast<int64_t>(cps.size());
   if (i < 0) i += n;
-  return i >= 0 && i < n ? Value(std::string(cps[static_cast<size_t>(i)])) : Value();
+  return i >= 0 && i < n ? Value(std::string(cps[static_cast<size_t>(i)]))
+                         : Value();
 }
 
 absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
@@ -502,7 +535,8 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
   if (object->is_list()) {
     const auto& items = object->list().items;
     std::vector<Value> out;
-    for (size_t i : SliceIndices(static_cast<int64_t>(items.size()), bounds[0], bounds[1], step)) {
+    for (size_t i : SliceIndices(static_cast<int64_t>(items.size()), bounds[0],
+                                 bounds[1], step)) {
       out.push_back(items[i]);
     }
     return MakeList(std::move(out), object->list().tuple);
@@ -510,7 +544,8 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
   if (!object->is_string()) return Value();
   std::vector<absl::string_view> cps = CodePoints(object->str());
   std::string out;
-  for (size_t i : SliceIndices(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], step)) {
+  for (size_t i : SliceIndices(static_cast<int64_t>(cps.size()), bounds[0],
+                               bounds[1], step)) {
     absl::StrAppend(&out, cps[i]);
   }
   return Value(std::move(out));
@@ -537,16 +572,20 @@ absl::StatusOr<Value> Evaluator::EvalCall(const Expr& e) {
   if (callee.kind == Expr::Kind::kAttr) {
     auto object = Eval(*callee.children[0]);
     if (!object.ok()) return object;
-    if (object->undefined()) return UndefinedAccess(*callee.children[0], absl::StrCat("'.", callee.name, "()'"));
+    if (object->undefined())
+      return UndefinedAccess(*callee.children[0],
+                             absl::StrCat("'.", callee.name, "()'"));
     auto method = BoundMethod(*object, callee.name);
     fn = method ? *method : GetAttr(*object, callee.name);
     if (!fn->is_callable()) {
-      return Err(absl::StrCat("'", TypeName(*object), "' object has no method '", callee.name, "'"));
+      return Err(absl::StrCat("'", TypeName(*object),
+                              "' object has no method '", callee.name, "'"));
     }
   } else {
     fn = Eval(callee);
     if (!fn.ok()) return fn;
-    if (!fn->is_callable()) return Err(absl::StrCat("'", callee.name, "' is not callable"));
+    if (!fn->is_callable())
+      return Err(absl::StrCat("'", callee.name, "' is not callable"));
   }
   auto args = EvalArgs(e, 1);
   if (!args.ok()) return args.status();
@@ -556,7 +595,8 @@ absl::StatusOr<Value> Evaluator::EvalCall(const Expr& e) {
 absl::StatusOr<Value> Evaluator::Repeat(const Value& seq, int64_t times) {
   times = std::max<int64_t>(times, 0);
   if (seq.is_string()) {
-    if (!seq.str().empty() && static_cast<uint64_t>(times) > kMaxStringBytes / seq.str().size()) {
+    if (!seq.str().empty() &&
+        static_cast<uint64_t>(times) > kMaxStringBytes / seq.str().size()) {
       return Err(absl::StrCat("a string is over ", kMaxStringBytes, " bytes"));
     }
     std::string out;
@@ -564,11 +604,13 @@ absl::StatusOr<Value> Evaluator::Repeat(const Value& seq, int64_t times) {
     return Value(std::move(out));
   }
   const auto& items = seq.list().items;
-  if (!items.empty() && static_cast<uint64_t>(times) > kMaxListItems / items.size()) {
+  if (!items.empty() &&
+      static_cast<uint64_t>(times) > kMaxListItems / items.size()) {
     return Err(absl::StrCat("a list is over ", kMaxListItems, " items"));
   }
   std::vector<Value> out;
-  for (int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
+  for (int64_t i = 0; i < times; ++i)
+    out.insert(out.end(), items.begin(), items.end());
   return MakeList(std::move(out), seq.list().tuple);
 }
 
@@ -597,9 +639,12 @@ absl::StatusOr<Value> Evaluator::EvalBinary(const Expr& e) {
   if (!b.ok()) return b;
   const std::string& op = e.name;
   if (op == "~" || op == "+") return Concat(op, *a, *b);
-  if (op == "*" && (a->is_string() || a->is_list()) && b->is_int()) return Repeat(*a, b->as_int());
-  if (op == "*" && (b->is_string() || b->is_list()) && a->is_int()) return Repeat(*b, a->as_int());
-  if (op == "%" && a->is_string()) return Err("string formatting with '%' is not supported");
+  if (op == "*" && (a->is_string() || a->is_list()) && b->is_int())
+    return Repeat(*a, b->as_int());
+  if (op == "*" && (b->is_string() || b->is_list()) && a->is_int())
+    return Repeat(*b, a->as_int());
+  if (op == "%" && a->is_string())
+    return Err("string formatting with '%' is not supported");
   return Arith(op, *a, *b);
 }
 
@@ -618,7 +663,8 @@ absl::StatusOr<Value> Evaluator::EvalCompare(const Expr& e) {
       if (r.ok() && op == "notin") r = !*r;
     } else {
       static const std::map<absl::string_view, absl::string_view> kTests = {
-          {"==", "eq"}, {"!=", "ne"}, {"<", "lt"}, {"<=", "le"}, {">", "gt"}, {">=", "ge"}};
+          {"==", "eq"}, {"!=", "ne"}, {"<", "lt"},
+          {"<=", "le"}, {">", "gt"},  {">=", "ge"}};
       r = ApplyTest(kTests.at(op), *left, args);
     }
     if (!r.ok()) return r.status();

@@ -14,14 +14,9 @@
 
 #include "absl/status/statusor.h"
 #include "jinja/ast.h"
+#include "jinja/template.h"  // Limits
 
 namespace octet::jinja {
-
-struct Limits {
-  size_t max_output = 16 << 20;
-  int64_t max_iterations = 10'000'000;
-  int64_t max_work = int64_t{1} << 30;
-};
 
 absl::StatusOr<std::string> Evaluate(const Program& program,
                                      const Dict& variables,

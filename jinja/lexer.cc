@@ -62,10 +62,11 @@ bool HexEscape(absl::string_view s, size_t& i, std::string& out) {
   for (size_t k = 1; k <= n; ++k) {
     char c = s[i + k];
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-    cp = cp * 16 + static_cast<uint32_t>(
-                       std::isdigit(static_cast<unsigned char>(c))
-                           ? c - '0'
-                           : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+    cp = cp * 16 +
+         static_cast<uint32_t>(
+             std::isdigit(static_cast<unsigned char>(c))
+                 ? c - '0'
+                 : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
   }
   if (cp > 0x10ffff) return false;
   AppendUtf8(cp, out);
@@ -83,29 +84,56 @@ absl::StatusOr<std::string> Unescape(absl::string_view s, int line) {
     }
     char c = s[++i];
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': case 'u': case 'U':
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+      case 'u':
+      case 'U':
         if (!HexEscape(s, i, out)) {
-          return TemplateError(line, "a string has a malformed \\x, \\u or \\U escape");
+          return TemplateError(
+              line, "a string has a malformed \\x, \\u or \\U escape");
         }
         break;
       case 'N':
-        return TemplateError(line, "'\\N{...}' string escapes are not supported");
+        return TemplateError(line,
+                             "'\\N{...}' string escapes are not supported");
       default:
         if (c >= '0' && c <= '7') {
           uint32_t cp = 0;
           size_t k = 0;
-          for (; k < 3 && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '7'; ++k) {
+          for (;
+               k < 3 && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '7';
+               ++k) {
             cp = cp * 8 + static_cast<uint32_t>(s[i + k] - '0');
           }
           i += k - 1;
@@ -173,7 +201,8 @@ void Lexer::EmitText(std::string text, int line, char sign, Tag tag) {
     for (size_t i = l_pos; i < text.size(); ++i) all_space &= IsSpace(text[i]);
     if ((l_pos > 0 || line_starting_) && all_space) text.resize(l_pos);
   }
-  if (!text.empty()) tokens_.push_back({Token::Type::kText, std::move(text), line});
+  if (!text.empty())
+    tokens_.push_back({Token::Type::kText, std::move(text), line});
 }
 
 // The previous tag's trailing rule on the text run starting at pos_.
@@ -206,12 +235,16 @@ absl::StatusOr<std::vector<Token>> Lexer::Run() {
                                  after_.strip, after_.trim, line_starting_);
     Advance(text_end);
     if (next == std::string::npos) {
-      if (!text.empty()) tokens_.push_back({Token::Type::kText, text, text_line});
+      if (!text.empty())
+        tokens_.push_back({Token::Type::kText, text, text_line});
       break;
     }
     char kind = At(next + 1);
-    char sign = At(next + 2) == '-' || At(next + 2) == '+' ? At(next + 2) : '\0';
-    Tag tag = kind == '{' ? Tag::kVar : kind == '%' ? Tag::kBlock : Tag::kComment;
+    char sign =
+        At(next + 2) == '-' || At(next + 2) == '+' ? At(next + 2) : '\0';
+    Tag tag = kind == '{'   ? Tag::kVar
+              : kind == '%' ? Tag::kBlock
+                            : Tag::kComment;
     if (tag == Tag::kBlock) {
       auto raw = LexRaw(next, sign, text_line, text);
       if (!raw.ok()) return raw.status();
@@ -236,9 +269,11 @@ void Lexer::CloseTag(char closing_sign, Tag tag, size_t end) {
 absl::Status Lexer::LexComment() {
   int line = line_;
   size_t end = src_.find("#}", pos_);
-  if (end == std::string::npos) return TemplateError(line, "a comment '{#' is never closed");
+  if (end == std::string::npos)
+    return TemplateError(line, "a comment '{#' is never closed");
   char sign = end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+')
-                  ? src_[end - 1] : '\0';
+                  ? src_[end - 1]
+                  : '\0';
   CloseTag(sign, Tag::kComment, end + 2);
   return absl::OkStatus();
 }
@@ -246,8 +281,9 @@ absl::Status Lexer::LexComment() {
 absl::Status Lexer::LexTag(Tag tag, char sign) {
   (void)sign;
   int line = line_;
-  tokens_.push_back({tag == Tag::kVar ? Token::Type::kVarBegin
-                                      : Token::Type::kBlockBegin, "", line});
+  tokens_.push_back(
+      {tag == Tag::kVar ? Token::Type::kVarBegin : Token::Type::kBlockBegin, "",
+       line});
   absl::string_view end = tag == Tag::kVar ? "}}" : "%}";
   int depth = 0;
   while (true) {
@@ -263,7 +299,8 @@ absl::StatusOr<bool> Lexer::LexExpressionToken(absl::string_view end,
                                                int& depth) {
   while (pos_ < src_.size() && IsSpace(src_[pos_])) Advance(pos_ + 1);
   if (pos_ >= src_.size()) {
-    return TemplateError(line_, absl::StrCat("a tag is never closed with '", end, "'"));
+    return TemplateError(
+        line_, absl::StrCat("a tag is never closed with '", end, "'"));
   }
   Token::Type end_type =
       end == "}}" ? Token::Type::kVarEnd : Token::Type::kBlockEnd;
@@ -295,8 +332,9 @@ absl::StatusOr<bool> Lexer::LexExpressionToken(absl::string_view end,
   }
   if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
     size_t e = pos_;
-    while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) ||
-                               src_[e] == '_')) {
+    while (
+        e < src_.size() &&
+        (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) {
       ++e;
     }
     tokens_.push_back({Token::Type::kName, src_.substr(pos_, e - pos_), line_});
@@ -305,7 +343,7 @@ absl::StatusOr<bool> Lexer::LexExpressionToken(absl::string_view end,
   }
   static constexpr absl::string_view kOps[] = {
       "//", "**", "==", "!=", "<=", ">=", "+", "-", "/", "*", "%", "~", "[",
-      "]", "(", ")", "{", "}", "<", ">", "=", ".", ":", "|", ",", ";"};
+      "]",  "(",  ")",  "{",  "}",  "<",  ">", "=", ".", ":", "|", ",", ";"};
   for (absl::string_view op : kOps) {
     if (!StartsWith(pos_, op)) continue;
     if (op == "(" || op == "[" || op == "{") ++depth;
@@ -314,7 +352,8 @@ absl::StatusOr<bool> Lexer::LexExpressionToken(absl::string_view end,
     Advance(pos_ + op.size());
     return false;
   }
-  return TemplateError(line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+  return TemplateError(
+      line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
 }
 
 absl::Status Lexer::LexString() {
@@ -322,8 +361,10 @@ absl::Status Lexer::LexString() {
   int line = line_;
   size_t i = pos_ + 1;
   while (i < src_.size() && src_[i] != quote) i += src_[i] == '\\' ? 2 : 1;
-  if (i >= src_.size()) return TemplateError(line, "a string literal is never closed");
-  auto value = Unescape(absl::string_view(src_).substr(pos_ + 1, i - pos_ - 1), line);
+  if (i >= src_.size())
+    return TemplateError(line, "a string literal is never closed");
+  auto value =
+      Unescape(absl::string_view(src_).substr(pos_ + 1, i - pos_ - 1), line);
   if (!value.ok()) return value.status();
   tokens_.push_back({Token::Type::kString, *std::move(value), line});
   Advance(i + 1);
@@ -332,18 +373,21 @@ absl::Status Lexer::LexString() {
 
 void Lexer::LexNumber() {
   auto digits = [&](size_t i) {
-    while (i < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[i])) ||
-                               (src_[i] == '_' && i + 1 < src_.size() &&
-                                std::isdigit(static_cast<unsigned char>(src_[i + 1]))))) {
+    while (i < src_.size() &&
+           (std::isdigit(static_cast<unsigned char>(src_[i])) ||
+            (src_[i] == '_' && i + 1 < src_.size() &&
+             std::isdigit(static_cast<unsigned char>(src_[i + 1]))))) {
       ++i;
     }
     return i;
   };
   size_t e = digits(pos_);
-  bool after_dot = !tokens_.empty() && tokens_.back().type == Token::Type::kOp &&
+  bool after_dot = !tokens_.empty() &&
+                   tokens_.back().type == Token::Type::kOp &&
                    tokens_.back().value == ".";
   bool is_float = false;
-  if (!after_dot && At(e) == '.' && std::isdigit(static_cast<unsigned char>(At(e + 1)))) {
+  if (!after_dot && At(e) == '.' &&
+      std::isdigit(static_cast<unsigned char>(At(e + 1)))) {
     e = digits(e + 1);
     is_float = true;
   }
@@ -358,7 +402,8 @@ void Lexer::LexNumber() {
   for (size_t i = pos_; i < e; ++i) {
     if (src_[i] != '_') text += src_[i];
   }
-  tokens_.push_back({is_float ? Token::Type::kFloat : Token::Type::kInt, text, line_});
+  tokens_.push_back(
+      {is_float ? Token::Type::kFloat : Token::Type::kInt, text, line_});
   Advance(e);
 }
 

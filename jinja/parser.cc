@@ -52,9 +52,9 @@ class Parser {
   absl::StatusOr<std::string> ExpectName();
   absl::Status ExpectBlockEnd();
   absl::Status CheckDepth() const {
-    return depth_ > kMaxNesting
-               ? Error(absl::StrCat("nesting is deeper than ", kMaxNesting, " levels"))
-               : absl::OkStatus();
+    return depth_ > kMaxNesting ? Error(absl::StrCat("nesting is deeper than ",
+                                                     kMaxNesting, " levels"))
+                                : absl::OkStatus();
   }
   ExprPtr NewExpr(Expr::Kind kind) const {
     auto e = std::make_unique<Expr>();
@@ -85,7 +85,8 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseBinary(int level);
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter);
   absl::StatusOr<ExprPtr> ParsePrimary();
-  absl::StatusOr<ExprPtr> ParseSequence(absl::string_view close, Expr::Kind kind);
+  absl::StatusOr<ExprPtr> ParseSequence(absl::string_view close,
+                                        Expr::Kind kind);
   absl::StatusOr<ExprPtr> ParseDictLiteral();
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node);
   absl::StatusOr<ExprPtr> ParseSubscript(ExprPtr node);
@@ -103,14 +104,22 @@ class Parser {
 
 std::string Describe(const Token& t) {
   switch (t.type) {
-    case Type::kEof: return "the end of the template";
-    case Type::kText: return "text";
-    case Type::kVarBegin: return "'{{'";
-    case Type::kVarEnd: return "'}}'";
-    case Type::kBlockBegin: return "'{%'";
-    case Type::kBlockEnd: return "'%}'";
-    case Type::kString: return "a string";
-    default: return absl::StrCat("'", t.value, "'");
+    case Type::kEof:
+      return "the end of the template";
+    case Type::kText:
+      return "text";
+    case Type::kVarBegin:
+      return "'{{'";
+    case Type::kVarEnd:
+      return "'}}'";
+    case Type::kBlockBegin:
+      return "'{%'";
+    case Type::kBlockEnd:
+      return "'%}'";
+    case Type::kString:
+      return "a string";
+    default:
+      return absl::StrCat("'", t.value, "'");
   }
 }
 
@@ -179,7 +188,8 @@ absl::Status Parser::ParseBody(const std::set<absl::string_view>& ends,
     }
   }
   if (ends.empty()) return absl::OkStatus();
-  return Error(absl::StrCat("the template ends before '{% ", *ends.rbegin(), " %}'"));
+  return Error(
+      absl::StrCat("the template ends before '{% ", *ends.rbegin(), " %}'"));
 }
 
 absl::StatusOr<std::unique_ptr<Node>> Parser::ParseStatement() {
@@ -195,7 +205,9 @@ absl::StatusOr<std::unique_ptr<Node>> Parser::ParseStatement() {
     return ParseSimpleBlock(Node::Kind::kGeneration, "endgeneration");
   }
   if (name == "break" || name == "continue") {
-    if (loops_ == 0) return TemplateError(line, absl::StrCat("'{% ", name, " %}' outside a loop"));
+    if (loops_ == 0)
+      return TemplateError(line,
+                           absl::StrCat("'{% ", name, " %}' outside a loop"));
     auto node = std::make_unique<Node>();
     node->kind = name == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
     node->line = line;
@@ -207,7 +219,8 @@ absl::StatusOr<std::unique_ptr<Node>> Parser::ParseStatement() {
   if (kEnds.count(name)) {
     return TemplateError(line, absl::StrCat("unexpected '{% ", name, " %}'"));
   }
-  return TemplateError(line, absl::StrCat("'{% ", name, " %}' is not supported"));
+  return TemplateError(line,
+                       absl::StrCat("'{% ", name, " %}' is not supported"));
 }
 
 absl::StatusOr<std::unique_ptr<Node>> Parser::ParseIf() {
@@ -258,7 +271,8 @@ absl::StatusOr<std::unique_ptr<Node>> Parser::ParseFor() {
     if (!filter.ok()) return filter.status();
     node->filter = *std::move(filter);
   }
-  if (IsName("recursive")) return Error("recursive for loops are not supported");
+  if (IsName("recursive"))
+    return Error("recursive for loops are not supported");
   if (auto s = ExpectBlockEnd(); !s.ok()) return s;
   std::string ended_by;
   ++loops_;
@@ -285,7 +299,8 @@ absl::StatusOr<std::unique_ptr<Node>> Parser::ParseSet() {
     if (!attr.ok()) return attr.status();
     node->attr = *attr;
   }
-  if (IsOp(",")) return Error("'{% set a, b = ... %}' (unpacking) is not supported");
+  if (IsOp(","))
+    return Error("'{% set a, b = ... %}' (unpacking) is not supported");
   if (IsOp("=")) {
     ++pos_;
     node->kind = Node::Kind::kSet;
@@ -295,7 +310,8 @@ absl::StatusOr<std::unique_ptr<Node>> Parser::ParseSet() {
     if (auto s = ExpectBlockEnd(); !s.ok()) return s;
     return node;
   }
-  if (IsOp("|")) return Error("a filter on '{% set %}' blocks is not supported");
+  if (IsOp("|"))
+    return Error("a filter on '{% set %}' blocks is not supported");
   if (!node->attr.empty()) return Unexpected("'='");
   node->kind = Node::Kind::kSetBlock;
   if (auto s = ExpectBlockEnd(); !s.ok()) return s;
@@ -331,7 +347,9 @@ absl::StatusOr<ExprPtr> Parser::ParseTuple(bool with_condexpr) {
       if (!IsOp(",")) break;
       ++pos_;
       comma = true;
-      if (Cur().type == Type::kVarEnd || Cur().type == Type::kBlockEnd || IsOp(")")) break;
+      if (Cur().type == Type::kVarEnd || Cur().type == Type::kBlockEnd ||
+          IsOp(")"))
+        break;
     }
     auto e = ParseExpression(with_condexpr);
     if (!e.ok()) return e.status();
@@ -413,7 +431,8 @@ absl::StatusOr<ExprPtr> Parser::ParseNot() {
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseCompare() {
-  static const std::set<absl::string_view> kOps = {"==", "!=", "<", "<=", ">", ">="};
+  static const std::set<absl::string_view> kOps = {"==", "!=", "<",
+                                                   "<=", ">",  ">="};
   auto first = ParseBinary(0);
   if (!first.ok()) return first;
   auto node = NewExpr(Expr::Kind::kCompare);
@@ -424,7 +443,8 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare() {
       op = Cur().value;
     } else if (IsName("in")) {
       op = "in";
-    } else if (IsName("not") && Peek().type == Type::kName && Peek().value == "in") {
+    } else if (IsName("not") && Peek().type == Type::kName &&
+               Peek().value == "in") {
       op = "notin";
       ++pos_;
     } else {
@@ -510,7 +530,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
     }
     errno = 0;
     long long v = std::strtoll(t.value.c_str(), nullptr, 10);
-    if (errno == ERANGE) return TemplateError(t.line, "an integer literal is too large");
+    if (errno == ERANGE)
+      return TemplateError(t.line, "an integer literal is too large");
     node->literal = Value(static_cast<int64_t>(v));
     return node;
   }
@@ -575,7 +596,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
       if (Cur().type == Type::kInt) {
         auto item = NewExpr(Expr::Kind::kItem);
         auto index = NewExpr(Expr::Kind::kLiteral);
-        index->literal = Value(static_cast<int64_t>(std::strtoll(Cur().value.c_str(), nullptr, 10)));
+        index->literal = Value(static_cast<int64_t>(
+            std::strtoll(Cur().value.c_str(), nullptr, 10)));
         ++pos_;
         item->children.push_back(std::move(node));
         item->children.push_back(std::move(index));
@@ -637,13 +659,16 @@ absl::StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
 absl::Status Parser::CheckCallee(const Expr& callee) const {
   if (callee.kind == Expr::Kind::kAttr) {
     if (IsMethod(callee.name)) return absl::OkStatus();
-    return TemplateError(callee.line, absl::StrCat("method '.", callee.name, "()' is not supported"));
+    return TemplateError(callee.line, absl::StrCat("method '.", callee.name,
+                                                   "()' is not supported"));
   }
   if (callee.kind == Expr::Kind::kName) {
     if (IsGlobalFunction(callee.name)) return absl::OkStatus();
-    return TemplateError(callee.line, absl::StrCat("function '", callee.name, "()' is not supported"));
+    return TemplateError(callee.line, absl::StrCat("function '", callee.name,
+                                                   "()' is not supported"));
   }
-  return TemplateError(callee.line, "only named functions and methods can be called");
+  return TemplateError(callee.line,
+                       "only named functions and methods can be called");
 }
 
 absl::Status Parser::ParseCallArgs(Expr& call) {
@@ -655,8 +680,10 @@ absl::Status Parser::ParseCallArgs(Expr& call) {
       if (IsOp(")")) break;
     }
     first = false;
-    if (IsOp("*") || IsOp("**")) return Error("'*args' and '**kwargs' in calls are not supported");
-    if (Cur().type == Type::kName && Peek().type == Type::kOp && Peek().value == "=") {
+    if (IsOp("*") || IsOp("**"))
+      return Error("'*args' and '**kwargs' in calls are not supported");
+    if (Cur().type == Type::kName && Peek().type == Type::kOp &&
+        Peek().value == "=") {
       std::string key = Cur().value;
       pos_ += 2;
       auto value = ParseExpression();
@@ -664,7 +691,8 @@ absl::Status Parser::ParseCallArgs(Expr& call) {
       call.kwargs.emplace_back(key, *std::move(value));
       continue;
     }
-    if (!call.kwargs.empty()) return Error("a positional argument follows a keyword argument");
+    if (!call.kwargs.empty())
+      return Error("a positional argument follows a keyword argument");
     auto arg = ParseExpression();
     if (!arg.ok()) return arg.status();
     call.children.push_back(*std::move(arg));
@@ -696,7 +724,8 @@ absl::StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node) {
   auto name = ExpectName();
   if (!name.ok()) return name.status();
   if (!IsFilter(*name)) {
-    return TemplateError(filter->line, absl::StrCat("filter '", *name, "' is not supported"));
+    return TemplateError(filter->line,
+                         absl::StrCat("filter '", *name, "' is not supported"));
   }
   filter->name = *name;
   filter->children.push_back(std::move(node));
@@ -716,7 +745,8 @@ absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
   auto name = ExpectName();
   if (!name.ok()) return name.status();
   if (!IsTest(*name)) {
-    return TemplateError(test->line, absl::StrCat("test '", *name, "' is not supported"));
+    return TemplateError(test->line,
+                         absl::StrCat("test '", *name, "' is not supported"));
   }
   test->name = *name;
   test->children.push_back(std::move(node));
@@ -724,8 +754,8 @@ absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
     if (auto s = ParseCallArgs(*test); !s.ok()) return s;
     return test;
   }
-  static const std::set<Type> kArgStarts = {Type::kName, Type::kString, Type::kInt,
-                                            Type::kFloat};
+  static const std::set<Type> kArgStarts = {Type::kName, Type::kString,
+                                            Type::kInt, Type::kFloat};
   bool starts = kArgStarts.count(Cur().type) || IsOp("[") || IsOp("{");
   if (starts && !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Error("tests cannot be chained with 'is'");

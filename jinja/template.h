@@ -16,9 +16,12 @@
 // ("chat template line 3: '{% macro %}' is not supported"), so a template
 // never renders differently from jinja2 for want of a feature. The
 // subset: parser.h (statements, expressions), builtins.h (filters, tests,
-// methods, functions). Rendering is bounded (eval.h's Limits): templates are outside input.
+// methods, functions). Rendering is bounded (eval.h's Limits): templates are
+// outside input.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,9 +32,18 @@
 
 namespace octet::jinja {
 
+// Bounds on one render: output bytes, loop iterations in all, and bytes of
+// strings and lists built along the way; past one, Render fails.
+struct Limits {
+  size_t max_output = 16 << 20;
+  int64_t max_iterations = 10'000'000;
+  int64_t max_work = int64_t{1} << 30;
+};
+
 struct Options {
   bool trim_blocks = true;
   bool lstrip_blocks = true;
+  Limits limits;
 };
 
 struct Program;
@@ -57,10 +69,11 @@ class Template {
       const nlohmann::ordered_json& context) const;
 
  private:
-  explicit Template(std::shared_ptr<const Program> program)
-      : program_(std::move(program)) {}
+  Template(std::shared_ptr<const Program> program, Limits limits)
+      : program_(std::move(program)), limits_(limits) {}
 
   std::shared_ptr<const Program> program_;
+  Limits limits_;
 };
 
 }  // namespace octet::jinja

@@ -17,9 +17,8 @@ namespace octet::jinja {
 namespace {
 
 absl::Status TooDeep() {
-  return absl::InvalidArgumentError(
-      absl::StrCat("a value is nested more than ", kMaxValueDepth,
-                   " levels deep"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a value is nested more than ", kMaxValueDepth, " levels deep"));
 }
 
 void AppendEscapedCodePoint(absl::string_view cp, std::string& out) {
@@ -43,13 +42,27 @@ void AppendEscapedCodePoint(absl::string_view cp, std::string& out) {
 
 void AppendJsonChar(unsigned char c, std::string& out) {
   switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    case '\b': out += "\\b"; break;
-    case '\f': out += "\\f"; break;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
     default:
       if (c < 0x20) {
         char buf[8];
@@ -61,7 +74,8 @@ void AppendJsonChar(unsigned char c, std::string& out) {
   }
 }
 
-void AppendJsonString(absl::string_view s, bool ensure_ascii, std::string& out) {
+void AppendJsonString(absl::string_view s, bool ensure_ascii,
+                      std::string& out) {
   out += '"';
   if (!ensure_ascii) {
     for (unsigned char c : s) AppendJsonChar(c, out);
@@ -161,8 +175,9 @@ absl::Status AppendJson(const Value& value, const JsonOptions& options,
   } else if (value.is_dict()) {
     return AppendJsonDict(value.dict(), options, depth, out);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tojson: a value of type ", TypeName(value), " is not JSON serializable"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tojson: a value of type ", TypeName(value),
+                     " is not JSON serializable"));
   }
   return absl::OkStatus();
 }
@@ -261,8 +276,8 @@ bool Equal(const Value& a, const Value& b, int depth) {
 
 absl::string_view TypeName(const Value& value) {
   static constexpr absl::string_view kNames[] = {
-      "undefined", "NoneType", "bool",      "int",     "float",
-      "str",       "list",     "dict",      "Namespace", "function"};
+      "undefined", "NoneType", "bool", "int",       "float",
+      "str",       "list",     "dict", "Namespace", "function"};
   if (value.is_list() && value.list().tuple) return "tuple";
   return kNames[value.v.index()];
 }
@@ -339,7 +354,8 @@ absl::StatusOr<std::string> Repr(const Value& value, int depth) {
   if (depth > kMaxValueDepth) return TooDeep();
   if (value.undefined()) return std::string();
   if (value.none()) return std::string("None");
-  if (value.is_bool()) return std::string(std::get<bool>(value.v) ? "True" : "False");
+  if (value.is_bool())
+    return std::string(std::get<bool>(value.v) ? "True" : "False");
   if (value.is_int()) return std::to_string(value.as_int());
   if (value.is_float()) return FloatRepr(value.as_float());
   if (value.is_string()) return StringRepr(value.str());
@@ -353,7 +369,8 @@ absl::StatusOr<std::string> Repr(const Value& value, int depth) {
       if (!s.ok()) return s.status();
       parts.push_back(*std::move(s));
     }
-    if (!value.list().tuple) return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+    if (!value.list().tuple)
+      return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
     if (parts.size() == 1) return absl::StrCat("(", parts[0], ",)");
     return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
   }
@@ -402,9 +419,10 @@ size_t CodePointCount(absl::string_view s) {
 
 bool IsPySpace(absl::string_view cp) {
   static constexpr absl::string_view kSpaces[] = {
-      " ", "\t", "\n", "\v", "\f", "\r", "\x1c", "\x1d", "\x1e", "\x1f",
-      "\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003",
-      "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
+      " ",      "\t",     "\n",     "\v",     "\f",     "\r",
+      "\x1c",   "\x1d",   "\x1e",   "\x1f",   "\u0085", "\u00a0",
+      "\u1680", "\u2000", "\u2001", "\u2002", "\u2003", "\u2004",
+      "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
       "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
   return std::find(std::begin(kSpaces), std::end(kSpaces), cp) !=
          std::end(kSpaces);

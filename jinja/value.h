@@ -85,7 +85,9 @@ struct Value {
   bool none() const { return std::holds_alternative<None>(v); }
   bool is_bool() const { return std::holds_alternative<bool>(v); }
   // Python's int includes bool.
-  bool is_int() const { return is_bool() || std::holds_alternative<int64_t>(v); }
+  bool is_int() const {
+    return is_bool() || std::holds_alternative<int64_t>(v);
+  }
   bool is_float() const { return std::holds_alternative<double>(v); }
   bool is_number() const { return is_int() || is_float(); }
   bool is_string() const { return std::holds_alternative<std::string>(v); }
@@ -94,7 +96,7 @@ struct Value {
   bool is_namespace() const { return std::holds_alternative<NamespacePtr>(v); }
   bool is_callable() const { return std::holds_alternative<CallablePtr>(v); }
 
-  int64_t as_int() const;  // bool or int
+  int64_t as_int() const;   // bool or int
   double as_float() const;  // any number
   const std::string& str() const { return std::get<std::string>(v); }
   const List& list() const { return *std::get<ListPtr>(v); }

@@ -31,12 +31,16 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return Fail("usage: jinja_render TEMPLATE_FILE CONTEXT_JSON_FILE");
+  if (argc != 3)
+    return Fail("usage: jinja_render TEMPLATE_FILE CONTEXT_JSON_FILE");
   std::string source, context_text;
-  if (!ReadFile(argv[1], source)) return Fail(std::string("cannot read ") + argv[1]);
-  if (!ReadFile(argv[2], context_text)) return Fail(std::string("cannot read ") + argv[2]);
+  if (!ReadFile(argv[1], source))
+    return Fail(std::string("cannot read ") + argv[1]);
+  if (!ReadFile(argv[2], context_text))
+    return Fail(std::string("cannot read ") + argv[2]);
   auto context = nlohmann::ordered_json::parse(context_text, nullptr, false);
-  if (context.is_discarded()) return Fail(std::string(argv[2]) + " is not JSON");
+  if (context.is_discarded())
+    return Fail(std::string(argv[2]) + " is not JSON");
   auto tmpl = octet::jinja::Template::Parse(source);
   if (!tmpl.ok()) return Fail(std::string(tmpl.status().message()));
   auto out = tmpl->Render(context);

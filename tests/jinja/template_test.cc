@@ -5,12 +5,12 @@
 // (jinja2_oracle.py); these pin the rules that comparison relies on.
 #include "jinja/template.h"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
 
@@ -19,7 +19,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string Render(const std::string& source, const Json& context = Json::object()) {
+std::string Render(const std::string& source,
+                   const Json& context = Json::object()) {
   auto t = Template::Parse(source);
   if (!t.ok()) return "PARSE ERROR: " + std::string(t.status().message());
   auto out = t->Render(context);
@@ -37,7 +38,8 @@ TEST(JinjaWhitespace, TrimBlocksDropsTheNewlineAfterABlockTag) {
 }
 
 TEST(JinjaWhitespace, LstripBlocksDropsIndentBeforeABlockTag) {
-  EXPECT_EQ(Render("a\n    {% if true %}\n    b\n    {% endif %}\nc"), "a\n    b\nc");
+  EXPECT_EQ(Render("a\n    {% if true %}\n    b\n    {% endif %}\nc"),
+            "a\n    b\nc");
   // Not before {{ }}, and not with {%+.
   EXPECT_EQ(Render("a\n  {{ 'x' }}"), "a\n  x");
   EXPECT_EQ(Render("a\n  {%+ if true %}x{% endif %}"), "a\n  x");
@@ -60,10 +62,14 @@ TEST(JinjaWhitespace, RawBlocksAreLiteral) {
 }
 
 TEST(JinjaScoping, SetInsideAForBodyDoesNotLeakOrCarryOver) {
-  EXPECT_EQ(Render("{% set x = 5 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{{ x }}"
-                   "{% endfor %}{{ x }}"),
-            "[5]1[5]25");
-  EXPECT_EQ(Render("{% for i in [1] %}{% set y = 1 %}{% endfor %}{{ y is defined }}"), "False");
+  EXPECT_EQ(
+      Render(
+          "{% set x = 5 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{{ x }}"
+          "{% endfor %}{{ x }}"),
+      "[5]1[5]25");
+  EXPECT_EQ(
+      Render("{% for i in [1] %}{% set y = 1 %}{% endfor %}{{ y is defined }}"),
+      "False");
 }
 
 TEST(JinjaScoping, IfBodiesShareTheirScopeAndNamespacesCarryState) {
@@ -74,16 +80,21 @@ TEST(JinjaScoping, IfBodiesShareTheirScopeAndNamespacesCarryState) {
 }
 
 TEST(JinjaLoops, LoopVariables) {
-  EXPECT_EQ(Render("{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
-                   "{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
-                   "{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}"),
-            "1032TrueFalse3b;2121FalseFalse3ac;3210FalseTrue3b;");
+  EXPECT_EQ(
+      Render(
+          "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ "
+          "loop.revindex }}"
+          "{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
+          "{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}"),
+      "1032TrueFalse3b;2121FalseFalse3ac;3210FalseTrue3b;");
 }
 
 TEST(JinjaLoops, FilterElseBreakContinueAndUnpacking) {
-  EXPECT_EQ(Render("{% for x in range(10) if x is odd %}{% if x > 6 %}{% break %}{% endif %}"
-                   "{% if x == 3 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
-            "15");
+  EXPECT_EQ(
+      Render("{% for x in range(10) if x is odd %}{% if x > 6 %}{% break %}{% "
+             "endif %}"
+             "{% if x == 3 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+      "15");
   EXPECT_EQ(Render("{% for x in [] %}x{% else %}none{% endfor %}"), "none");
   EXPECT_EQ(Render("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}",
                    Json{{"d", Json{{"b", 1}, {"a", 2}}}}),
@@ -91,7 +102,8 @@ TEST(JinjaLoops, FilterElseBreakContinueAndUnpacking) {
 }
 
 TEST(JinjaValues, PrintLikePython) {
-  EXPECT_EQ(Render("{{ none }} {{ true }} {{ 1.0 }} {{ 1e-5 }} {{ 1e16 }} {{ 0.1 + 0.2 }}"),
+  EXPECT_EQ(Render("{{ none }} {{ true }} {{ 1.0 }} {{ 1e-5 }} {{ 1e16 }} {{ "
+                   "0.1 + 0.2 }}"),
             "None True 1.0 1e-05 1e+16 0.30000000000000004");
   EXPECT_EQ(Render("{{ [1, 'a', none, {'k': \"it's\"}] }} {{ (1,) }}"),
             "[1, 'a', None, {'k': \"it's\"}] (1,)");
@@ -99,43 +111,55 @@ TEST(JinjaValues, PrintLikePython) {
 }
 
 TEST(JinjaValues, PythonArithmetic) {
-  EXPECT_EQ(Render("{{ 7 // -2 }} {{ -7 % 3 }} {{ 3 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 2 }}"
+  EXPECT_EQ(Render("{{ 7 // -2 }} {{ -7 % 3 }} {{ 3 / 2 }} {{ 4 / 2 }} {{ 2 ** "
+                   "10 }} {{ 'ab' * 2 }}"
                    " {{ true + 1 }} {{ 1 == 1.0 }} {{ 'a' ~ 1 }}"),
             "-4 2 1.5 2.0 1024 abab 2 True a1");
-  EXPECT_EQ(Render("{{ 'b' in 'abc' }} {{ 1 in [1, 2] }} {{ 'k' not in {'k': 1} }}"),
-            "True True False");
+  EXPECT_EQ(
+      Render("{{ 'b' in 'abc' }} {{ 1 in [1, 2] }} {{ 'k' not in {'k': 1} }}"),
+      "True True False");
 }
 
 TEST(JinjaValues, TojsonIsJsonDumpsWithoutAsciiEscapes) {
-  Json ctx = {{"x", Json{{"b", "é\n"}, {"a", Json::array({1, 2.5, nullptr, true})}}}};
-  EXPECT_EQ(Render("{{ x | tojson }}", ctx), "{\"b\": \"é\\n\", \"a\": [1, 2.5, null, true]}");
+  Json ctx = {
+      {"x", Json{{"b", "é\n"}, {"a", Json::array({1, 2.5, nullptr, true})}}}};
+  EXPECT_EQ(Render("{{ x | tojson }}", ctx),
+            "{\"b\": \"é\\n\", \"a\": [1, 2.5, null, true]}");
   EXPECT_EQ(Render("{{ x | tojson(indent=2, sort_keys=true) }}", ctx),
-            "{\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"b\": \"é\\n\"\n}");
+            "{\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  "
+            "\"b\": \"é\\n\"\n}");
 }
 
 TEST(JinjaRefusals, EachNamesTheConstructAndLine) {
   EXPECT_EQ(ParseError("a\nb\n{% macro m() %}{% endmacro %}"),
             "chat template line 3: '{% macro %}' is not supported");
-  for (const char* tag : {"include", "import", "extends", "block", "call", "filter", "with",
-                          "from", "autoescape", "do"}) {
+  for (const char* tag : {"include", "import", "extends", "block", "call",
+                          "filter", "with", "from", "autoescape", "do"}) {
     std::string source = std::string("{% ") + tag + " x %}";
-    EXPECT_NE(ParseError(source).find(std::string("'{% ") + tag + " %}' is not supported"),
+    EXPECT_NE(ParseError(source).find(std::string("'{% ") + tag +
+                                      " %}' is not supported"),
               std::string::npos)
         << tag;
   }
-  EXPECT_NE(ParseError("{{ x | wordwrap }}").find("filter 'wordwrap'"), std::string::npos);
-  EXPECT_NE(ParseError("{{ x is escaped }}").find("test 'escaped'"), std::string::npos);
-  EXPECT_NE(ParseError("{{ x.format(1) }}").find("method '.format()'"), std::string::npos);
-  EXPECT_NE(ParseError("{{ lipsum() }}").find("function 'lipsum()'"), std::string::npos);
+  EXPECT_NE(ParseError("{{ x | wordwrap }}").find("filter 'wordwrap'"),
+            std::string::npos);
+  EXPECT_NE(ParseError("{{ x is escaped }}").find("test 'escaped'"),
+            std::string::npos);
+  EXPECT_NE(ParseError("{{ x.format(1) }}").find("method '.format()'"),
+            std::string::npos);
+  EXPECT_NE(ParseError("{{ lipsum() }}").find("function 'lipsum()'"),
+            std::string::npos);
   EXPECT_NE(ParseError("{% for x in y %}").find("line 1"), std::string::npos);
 }
 
 TEST(JinjaErrors, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(Render("\n{{ x.y }}"),
-            "RENDER ERROR: chat template line 2: 'x' is undefined (reading '.y' of it)");
+            "RENDER ERROR: chat template line 2: 'x' is undefined (reading "
+            "'.y' of it)");
   EXPECT_NE(Render("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
-  EXPECT_NE(Render("{{ [1].strip() }}").find("'list' object has no method 'strip'"),
-            std::string::npos);
+  EXPECT_NE(
+      Render("{{ [1].strip() }}").find("'list' object has no method 'strip'"),
+      std::string::npos);
 }
 
 TEST(JinjaErrors, RaiseExceptionSurfacesItsMessage) {
@@ -144,17 +168,21 @@ TEST(JinjaErrors, RaiseExceptionSurfacesItsMessage) {
   auto out = t->Render(nlohmann::json::object());
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("Roles must alternate"), std::string::npos);
+  EXPECT_NE(out.status().message().find("Roles must alternate"),
+            std::string::npos);
 }
 
 TEST(JinjaLimits, HugeLoopsAndOutputsEndQuickly) {
   auto start = std::chrono::steady_clock::now();
-  EXPECT_NE(Render("{% for i in range(1000000000) %}x{% endfor %}").find("range()"),
-            std::string::npos);
-  EXPECT_NE(Render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                   "{% endfor %}")
-                .find("loop iterations"),
-            std::string::npos);
+  EXPECT_NE(
+      Render("{% for i in range(1000000000) %}x{% endfor %}").find("range()"),
+      std::string::npos);
+  EXPECT_NE(
+      Render(
+          "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+          "{% endfor %}")
+          .find("loop iterations"),
+      std::string::npos);
   EXPECT_NE(Render("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}")
                 .find("output is over"),
             std::string::npos);
@@ -163,26 +191,32 @@ TEST(JinjaLimits, HugeLoopsAndOutputsEndQuickly) {
 }
 
 TEST(JinjaLimits, DeepNestingIsAnErrorNotACrash) {
-  EXPECT_NE(ParseError("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}")
+  EXPECT_NE(ParseError("{{ " + std::string(100000, '(') + "1" +
+                       std::string(100000, ')') + " }}")
                 .find("nesting"),
             std::string::npos);
   std::string ifs;
   for (int i = 0; i < 200; ++i) ifs += "{% if true %}";
   EXPECT_NE(ParseError(ifs).find("nesting"), std::string::npos);
-  EXPECT_NE(Render("{% set ns = namespace() %}{% set ns.me = [ns] %}").find(
-                "a namespace cannot hold a namespace"),
+  EXPECT_NE(Render("{% set ns = namespace() %}{% set ns.me = [ns] %}")
+                .find("a namespace cannot hold a namespace"),
             std::string::npos);
 }
 
 TEST(JinjaRealTemplates, SmolLM2AddsItsDefaultSystemPrompt) {
-  std::ifstream in(std::string(OCTET_CHAT_TEMPLATES_DIR) + "/SmolLM2-135M-Instruct.jinja");
+  std::ifstream in(std::string(OCTET_CHAT_TEMPLATES_DIR) +
+                   "/SmolLM2-135M-Instruct.jinja");
   std::stringstream source;
   source << in.rdbuf();
-  Json ctx = {{"messages", Json::array({Json{{"role", "user"}, {"content", "Hi"}}})},
-              {"add_generation_prompt", true}};
+  Json ctx = {
+      {"messages", Json::array({Json{{"role", "user"}, {"content", "Hi"}}})},
+      {"add_generation_prompt", true}};
   EXPECT_EQ(Render(source.str(), ctx),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-            "Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+            "trained by "
+            "Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>"
+            "assistant\n");
 }
 
 }  // namespace
