@@ -108,20 +108,21 @@ absl::StatusOr<std::optional<ChatTemplateSource>> ReadGgufChatTemplate(
   if (file.FindValue("tokenizer.ggml.tokens") == nullptr) return source;
   OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
                          file.GetStrings("tokenizer.ggml.tokens"));
-  const auto text_of = [&](const char* key,
-                           std::string& out) -> absl::Status {
+  const auto text_of = [&](const char* key, std::string& out) -> absl::Status {
     if (file.FindValue(key) == nullptr) return absl::OkStatus();
     OCTET_ASSIGN_OR_RETURN(const uint64_t id, file.GetUint(key));
     if (id >= tokens->size()) {
-      return Malformed(path, absl::StrCat(key, " = ", id,
-                                          " is not a token of the ",
-                                          tokens->size(), " in the file"));
+      return Malformed(path,
+                       absl::StrCat(key, " = ", id, " is not a token of the ",
+                                    tokens->size(), " in the file"));
     }
     out = (*tokens)[id];
     return absl::OkStatus();
   };
-  OCTET_RETURN_IF_ERROR(text_of("tokenizer.ggml.bos_token_id", source.bos_token));
-  OCTET_RETURN_IF_ERROR(text_of("tokenizer.ggml.eos_token_id", source.eos_token));
+  OCTET_RETURN_IF_ERROR(
+      text_of("tokenizer.ggml.bos_token_id", source.bos_token));
+  OCTET_RETURN_IF_ERROR(
+      text_of("tokenizer.ggml.eos_token_id", source.eos_token));
   return source;
 }
 

@@ -22,9 +22,9 @@ class ChatTemplateDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("octet_chat_", ::testing::UnitTest::GetInstance()
-                                           ->current_test_info()
-                                           ->name());
+           absl::StrCat(
+               "octet_chat_",
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
