@@ -11,16 +11,19 @@
 // rank is loaded; "liveness" while the process answers) and server
 // reflection on --port (TLS only with --tls_cert, mutual with
 // --tls_client_ca; --health_port serves health alone in plaintext for
-// probes that cannot do TLS), and Prometheus metrics on --metrics_port.
+// probes that cannot do TLS), OpenAI's HTTP API on --http_port (chat with
+// the checkpoint's chat template; http_api.h), and Prometheus metrics on
+// --metrics_port.
 // With --worker_tls_ca the link to remote workers is mutual TLS
 // (rpc/tls.h); a bad TLS file is a bad flag. A failed worker group
 // is replaced by a new one. On SIGTERM or SIGINT it drains:
-// NOT_SERVING, new requests refused, running and queued ones finish (up to
-// --drain_timeout), then it exits 0. Workers that fail to start the same
+// NOT_SERVING (HTTP /health 503), new requests refused, running and queued
+// ones finish, gRPC and HTTP streams alike (up to --drain_timeout), then it
+// exits 0. Workers that fail to start the same
 // way --max_start_failures times in a row end it with exit code 1.
 //
-// The composition root: it reads the model's config and tokenizer with
-// model/'s readers; it never links worker/ code (the workers are programs).
+// The composition root: it reads the model's config, tokenizer and chat
+// template with model/'s readers; it never links worker/ code (the workers are programs).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -52,6 +55,7 @@
 #include "base/status_macros.h"
 #include "coordinator/engine.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/http_api.h"
 #include "coordinator/metrics.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
@@ -139,6 +143,16 @@ ABSL_FLAG(int32_t, max_start_failures, 5,
           "when the workers fail to start this many times in a row with the "
           "same error, stop trying: end the waiting requests and exit 1 (for "
           "a supervisor to see); 0: retry for ever");
+ABSL_FLAG(int32_t, http_port, 0,
+          "port of the OpenAI-compatible HTTP API (/v1/completions, "
+          "/v1/chat/completions, /v1/models, /health); 0: none");
+ABSL_FLAG(int32_t, http_max_connections, 256,
+          "HTTP connections served at once (each streaming client holds "
+          "one); more wait for one to close");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's name in both APIs (GetModelInfo, /v1/models, the "
+          "\"model\" field requests must match); default: the --model "
+          "path's last component");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "port of the Prometheus endpoint (http://HOST:PORT/metrics); 0: "
           "none");
@@ -206,6 +220,9 @@ struct CoordinatorOptions {
   rpc::Device device = rpc::DEVICE_AUTO;
   rpc::Transport transport = rpc::TRANSPORT_SHM;
   int port = 0, metrics_port = 0;
+  int http_port = 0;  // the OpenAI-compatible API; 0: none
+  int http_max_connections = 0;
+  std::string model_name;  // --served_model_name, or --model's last part
   std::vector<std::string> remote;  // --workers; empty: spawn them
   std::string token;                // --token_file's content
   TlsConfig api_tls;                // the public API's (empty: plaintext)
@@ -393,6 +410,23 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   OCTET_RETURN_IF_ERROR(CheckPort("port", o.port));
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   OCTET_RETURN_IF_ERROR(CheckPort("metrics_port", o.metrics_port));
+  o.http_port = absl::GetFlag(FLAGS_http_port);
+  OCTET_RETURN_IF_ERROR(CheckPort("http_port", o.http_port));
+  o.http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  if (o.http_max_connections < 1 || o.http_max_connections > 4096) {
+    return Invalid(absl::StrCat("--http_max_connections ",
+                                o.http_max_connections,
+                                " is not in [1, 4096]"));
+  }
+  o.model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (o.model_name.empty()) {
+    o.model_name = std::filesystem::absolute(o.model).filename().string();
+  }
+  if (o.model_name.size() > 256 ||
+      o.model_name.find_first_of("\r\n\t\"") != std::string::npos) {
+    return Invalid("--served_model_name must be at most 256 characters, "
+                   "without quotes or line breaks");
+  }
   OCTET_RETURN_IF_ERROR(ParseRemoteWorkers(o));
   OCTET_RETURN_IF_ERROR(ParseApiTls(o));
   OCTET_RETURN_IF_ERROR(ParseWorkerTls(o));
@@ -443,7 +477,36 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
 struct ModelFacts {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;  // null: token ids only
+  std::optional<ChatTemplate> chat_template;  // none: no chat over HTTP
+  std::string no_chat_reason;                 // then why
 };
+
+// The checkpoint's chat template, compiled; a model without one, or with
+// one octet cannot render, still serves prompts (said on stderr).
+void ReadChatTemplate(const std::string& path, ModelFacts& m) {
+  absl::StatusOr<std::optional<ChatTemplateSource>> source =
+      ReadCheckpointChatTemplate(path);
+  absl::Status why;
+  if (!source.ok()) {
+    why = source.status();
+  } else if (!source->has_value()) {
+    m.no_chat_reason = "this model has no chat template";
+    return;
+  } else {
+    absl::StatusOr<ChatTemplate> compiled =
+        ChatTemplate::Compile(**std::move(source));
+    if (compiled.ok()) {
+      std::fprintf(stderr, "coordinator: chat template from %s\n",
+                   compiled->where().c_str());
+      m.chat_template.emplace(*std::move(compiled));
+      return;
+    }
+    why = compiled.status();
+  }
+  m.no_chat_reason =
+      absl::StrCat("this model's chat template cannot be used: ", why.message());
+  std::fprintf(stderr, "coordinator: no chat: %s\n", m.no_chat_reason.c_str());
+}
 
 absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
   ModelFacts m;
@@ -455,6 +518,7 @@ absl::StatusOr<ModelFacts> ReadModel(const std::string& dir, int tp) {
         absl::StrCat(dir, ": --tp ", tp, ": ", s.message()));
   }
   OCTET_ASSIGN_OR_RETURN(m.tokenizer, ReadCheckpointTokenizer(dir, m.config));
+  ReadChatTemplate(dir, m);
   if (m.tokenizer == nullptr) {
     std::fprintf(
         stderr,
@@ -668,7 +732,7 @@ ModelLimits LimitsOf(const CoordinatorOptions& o, const ModelConfig& config,
 v1::ModelInfo InfoOf(const CoordinatorOptions& o, const ModelConfig& config,
                      const ModelLimits& limits) {
   v1::ModelInfo info;
-  info.set_model_name(std::filesystem::absolute(o.model).filename().string());
+  info.set_model_name(o.model_name);
   info.set_architecture(config.architecture);
   info.set_quantization(o.quantization);
   info.set_quantization_scheme(o.quantization_scheme);
@@ -681,10 +745,11 @@ v1::ModelInfo InfoOf(const CoordinatorOptions& o, const ModelConfig& config,
 // SIGTERM (or SIGINT): NOT_SERVING at once, new requests refused, the
 // running and queued ones finish for up to `drain_timeout` (a second signal
 // cuts it short), then what is left is cancelled and the server stops.
-void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
-           Health& health) {
+void Drain(grpc::Server& server, HttpApi* http, Engine& engine,
+           absl::Duration drain_timeout, Health& health) {
   const absl::Time start = absl::Now();
   health.Detach();  // every service NOT_SERVING, liveness too
+  if (http != nullptr) http->Drain();  // its /health too
   engine.Drain();
   const std::sig_atomic_t first = stop_signal;
   stop_signal = 0;
@@ -705,8 +770,9 @@ void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
                  stop_signal != 0 ? "second signal" : "drain timeout",
                  static_cast<long long>(engine.unfinished()));
   }
-  // Calls still open after this are cancelled; their requests end at the
-  // engine's next step boundary.
+  // Calls and streams still open after this are cancelled; their requests
+  // end at the engine's next step boundary.
+  if (http != nullptr) http->Stop();
   server.Shutdown(std::chrono::system_clock::now() +
                   std::chrono::milliseconds(500));
   std::fprintf(stderr, "coordinator: stopped after draining %.2f s\n",
@@ -717,7 +783,7 @@ void Drain(grpc::Server& server, Engine& engine, absl::Duration drain_timeout,
 // SIGTERM (or the engine gives up), then drains; an error when a port
 // cannot be had. Over TLS with --tls_cert; health alone, in plaintext, also
 // on --health_port.
-absl::Status Serve(GenerationService& service, Engine& engine,
+absl::Status Serve(GenerationService& service, HttpApi* http, Engine& engine,
                    const CoordinatorOptions& o, Health& health) {
   const int port = o.port;
   grpc::EnableDefaultHealthCheckService(true);
@@ -748,7 +814,7 @@ absl::Status Serve(GenerationService& service, Engine& engine,
   while (stop_signal == 0 && !gave_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  Drain(*server, engine, o.drain_timeout, health);
+  Drain(*server, http, engine, o.drain_timeout, health);
   health_server.reset();
   return absl::OkStatus();
 }
@@ -798,9 +864,31 @@ int Main() {
   GenerationService service(
       **engine, limits, encode, InfoOf(o, model->config, limits), &metrics,
       /*check_threads=*/2, absl::GetFlag(FLAGS_max_checking));
-  if (absl::Status s = Serve(service, **engine, o, *health); !s.ok()) {
+  // The OpenAI-compatible API, on --http_port.
+  std::unique_ptr<HttpApi> http;
+  if (o.http_port != 0) {
+    absl::StatusOr<std::unique_ptr<HttpApi>> started = HttpApi::Start(
+        **engine,
+        {.port = o.http_port,
+         .max_connections = o.http_max_connections,
+         .model = o.model_name,
+         .limits = limits,
+         .tokenizer = model->tokenizer.get(),
+         .chat_template = model->chat_template ? &*model->chat_template
+                                               : nullptr,
+         .no_chat_reason = model->no_chat_reason,
+         .metrics = &metrics});
+    if (!started.ok()) return Usage(std::string(started.status().message()));
+    http = *std::move(started);
+    std::fprintf(stderr,
+                 "coordinator: serving the OpenAI API over HTTP on port %d\n",
+                 http->port());
+  }
+  if (absl::Status s = Serve(service, http.get(), **engine, o, *health);
+      !s.ok()) {
     return Usage(std::string(s.message()));
   }
+  http.reset();
   engine->reset();
   return gave_up ? 1 : 0;
 }

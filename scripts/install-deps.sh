@@ -43,6 +43,7 @@ packages=(
   libgrpc++-dev
   protobuf-compiler-grpc
   prometheus-cpp-dev      # the coordinator's /metrics
+  libcpp-httplib-dev      # the coordinator's OpenAI-compatible HTTP API
 )
 if [ "$group" = all ]; then
   packages+=(

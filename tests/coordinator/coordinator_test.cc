@@ -6,7 +6,10 @@
 // SIGSTOP mid-stream (the stream continues on a new worker group), a step
 // past --step_timeout, SIGTERM with streams in flight (drain) and while
 // the workers start. Health and server reflection answer as grpcurl and
-// Kubernetes probes ask. Bad flags, a TP degree the model cannot split by
+// Kubernetes probes ask. The OpenAI-compatible HTTP API on the same
+// server: the gRPC API's text, a stream whose client leaves cancelled,
+// OpenAI's error objects (the real `openai` client drives it in
+// openai_client_test.py). Bad flags, a TP degree the model cannot split by
 // and a model beyond the machine's memory end the program with exit code
 // 2; a load that fails alike each time, after --max_start_failures, with 1.
 #include <arpa/inet.h>
@@ -14,6 +17,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -39,6 +43,7 @@
 #include "kernels/cpu/backend.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "octet/v1/generation.grpc.pb.h"
 #include "tests/coordinator/client_util.h"
 #include "tests/process_util.h"
@@ -60,12 +65,14 @@ class CoordinatorTest : public ::testing::Test {
             .ok());
     port_ = testing::FreeTcpPort();
     metrics_port_ = testing::FreeTcpPort();
+    http_port_ = testing::FreeTcpPort();
     server_ = new testing::Child(
         {testing::SiblingProgram("coordinator"), "--model=" + Model(), "--tp=2",
          "--quantization=fp8", "--weight_scale=global", "--device=cpu",
          absl::StrCat("--port=", port_), "--kv_cache_tokens=2048",
          "--block_size=8", "--threads=1",
-         absl::StrCat("--metrics_port=", metrics_port_)});
+         absl::StrCat("--metrics_port=", metrics_port_),
+         absl::StrCat("--http_port=", http_port_)});
     ASSERT_TRUE(server_->started());
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
         absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
@@ -150,7 +157,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   static fs::path* dir_;
-  static int port_, metrics_port_;
+  static int port_, metrics_port_, http_port_;
   static testing::Child* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
@@ -158,6 +165,7 @@ class CoordinatorTest : public ::testing::Test {
 fs::path* CoordinatorTest::dir_ = nullptr;
 int CoordinatorTest::port_ = 0;
 int CoordinatorTest::metrics_port_ = 0;
+int CoordinatorTest::http_port_ = 0;
 testing::Child* CoordinatorTest::server_ = nullptr;
 std::shared_ptr<grpc::Channel>* CoordinatorTest::channel_ = nullptr;
 
@@ -504,6 +512,122 @@ TEST_F(CoordinatorTest, AClientDeadlineEndsTheRequest) {
   grpc::ClientContext next;
   EXPECT_TRUE(Stub()->Generate(&next, Request(kPrompt, 3), &r).ok());
   EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
+}
+
+// The OpenAI-compatible HTTP API (--http_port) on the same engine: a
+// greedy completion, whole and streamed, has the gRPC API's text.
+nlohmann::json Completion(const std::vector<int32_t>& prompt, int max_tokens,
+                          bool stream) {
+  return {{"prompt", prompt},  {"max_tokens", max_tokens},
+          {"temperature", 0},  {"ignore_eos", true},
+          {"stream", stream}};
+}
+
+TEST_F(CoordinatorTest, HttpCompletionsHaveTheGrpcApisText) {
+  grpc::ClientContext context;
+  v1::GenerateResponse unary;
+  ASSERT_TRUE(Stub()->Generate(&context, Request(kPrompt, 10), &unary).ok());
+
+  httplib::Client http("127.0.0.1", http_port_);
+  http.set_read_timeout(60);
+  const httplib::Result health = http.Get("/health");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  const httplib::Result whole = http.Post(
+      "/v1/completions", Completion(kPrompt, 10, false).dump(),
+      "application/json");
+  ASSERT_TRUE(whole) << httplib::to_string(whole.error());
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const nlohmann::json answer = nlohmann::json::parse(whole->body);
+  EXPECT_EQ(answer["choices"][0]["text"], unary.text());
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 10);
+
+  const httplib::Result streamed = http.Post(
+      "/v1/completions", Completion(kPrompt, 10, true).dump(),
+      "application/json");
+  ASSERT_TRUE(streamed) << httplib::to_string(streamed.error());
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::string text;
+  std::istringstream events(streamed->body);
+  std::string last;
+  for (std::string line; std::getline(events, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    last = line;
+    if (line == "data: [DONE]") break;
+    text += nlohmann::json::parse(line.substr(6))["choices"][0]["text"]
+                .get<std::string>();
+  }
+  EXPECT_EQ(last, "data: [DONE]");
+  EXPECT_EQ(text, unary.text());
+}
+
+// A stream whose client goes away ends its request (CANCELLED), as a
+// cancelled gRPC call does. The workers are held (SIGSTOP) until the client
+// has read the stream's first bytes -- its one-second heartbeat comment,
+// since no token can come -- and hung up, then let go (well before their
+// 2 s health check would fail the group): the server finds the client gone
+// at its next write, long before 1000 tokens are made on any machine.
+TEST_F(CoordinatorTest, AnHttpStreamWhoseClientLeavesIsCancelled) {
+  const std::map<std::string, double> before = Scrape();
+  const std::vector<pid_t> workers = testing::ChildrenOf(pid());
+  ASSERT_EQ(workers.size(), 2u);
+  for (pid_t w : workers) ASSERT_EQ(kill(w, SIGSTOP), 0);
+  httplib::Client http("127.0.0.1", http_port_);
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/completions";
+  request.body = Completion(kPrompt, 1000, true).dump();
+  request.set_header("Content-Type", "application/json");
+  std::string received;
+  request.content_receiver = [&](const char* data, size_t n, uint64_t,
+                                 uint64_t) {
+    received.append(data, n);
+    return false;  // the first bytes, then hang up
+  };
+  http.send(request);
+  for (pid_t w : workers) kill(w, SIGCONT);
+  EXPECT_NE(received.find(": waiting"), std::string::npos) << received;
+  const std::string cancelled =
+      R"(octet_requests_total{code="CANCELLED",finish_reason="none"})";
+  double ended = 0;
+  for (int i = 0; i < 300 && ended < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ended = Increase(before, Scrape(), cancelled);
+  }
+  EXPECT_EQ(ended, 1) << "the server did not end the request within 30 s";
+  EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
+}
+
+TEST_F(CoordinatorTest, HttpErrorsAreOpenAisErrorObject) {
+  httplib::Client http("127.0.0.1", http_port_);
+  const httplib::Result bad = http.Post("/v1/completions", "{", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("not valid JSON"), std::string::npos) << bad->body;
+  nlohmann::json body = Completion(kPrompt, 5, false);
+  body["max_tokens"] = 100000;
+  const httplib::Result big =
+      http.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 400);
+  EXPECT_EQ(nlohmann::json::parse(big->body)["error"]["param"], "max_tokens")
+      << big->body;
+  body["max_tokens"] = 5;
+  body["model"] = "not-this-one";
+  const httplib::Result other =
+      http.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404) << other->body;
+  // The tiny preset has no chat template: chat says so, by field.
+  const httplib::Result chat = http.Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}]})",
+      "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 400);
+  EXPECT_NE(chat->body.find("no chat template"), std::string::npos)
+      << chat->body;
 }
 
 // A greedy stream of `max_new` tokens during which rank 1 of the serving
