@@ -8,8 +8,11 @@ set -euo pipefail
 build="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 "$root/scripts/fetch-smollm2.sh" > /dev/null  # exits 77 without PyPI
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-out="$(BUILD_DIR="$build" PORT="$port" DEMO_ONCE=1 \
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+port="$(free_port)" http_port="$(free_port)"
+out="$(BUILD_DIR="$build" PORT="$port" HTTP_PORT="$http_port" DEMO_ONCE=1 \
        QUESTION="What is the capital of France?" \
        timeout 300 "$root/scripts/demo.sh" 2>&1)" || {
   echo "$out"
