@@ -8,7 +8,7 @@
 // the workers start. Health and server reflection answer as grpcurl and
 // Kubernetes probes ask. The OpenAI-compatible HTTP API on the same
 // server: the gRPC API's text, a stream whose client leaves cancelled,
-// OpenAI's error objects (the real `openai` client drives it in
+// OpenAI's error objects, 429 for a full queue (the real `openai` client drives it in
 // openai_client_test.py). Bad flags, a TP degree the model cannot split by
 // and a model beyond the machine's memory end the program with exit code
 // 2; a load that fails alike each time, after --max_start_failures, with 1.
@@ -962,12 +962,15 @@ struct Served {
   std::unique_ptr<testing::Child> server;
   std::unique_ptr<v1::Generation::Stub> stub;
 };
-Served Serve(const std::string& model) {
+Served Serve(const std::string& model,
+             const std::vector<std::string>& flags = {}) {
   const int port = testing::FreeTcpPort();
   Served s;
-  s.server = std::make_unique<testing::Child>(std::vector<std::string>{
+  std::vector<std::string> argv = {
       testing::SiblingProgram("coordinator"), "--model=" + model,
-      "--device=cpu", "--threads=1", absl::StrCat("--port=", port)});
+      "--device=cpu", "--threads=1", absl::StrCat("--port=", port)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  s.server = std::make_unique<testing::Child>(argv);
   auto stub = v1::Generation::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   if (s.server->started() &&
@@ -1010,6 +1013,47 @@ TEST_F(CoordinatorTest, AnFp8CheckpointIsServedAsItsConfigSays) {
       stub->Generate(&generate, Request(kPrompt, 4), &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.token_ids_size(), 4);
+}
+
+// A full queue is RESOURCE_EXHAUSTED over gRPC and 429 over HTTP. One
+// sequence runs at a time and one may wait; the workers are held (SIGSTOP,
+// for well under their 2 s health check) once the first runs, so that it
+// cannot end and free its place on any machine.
+TEST_F(CoordinatorTest, AFullQueueIsHttp429) {
+  const int http_port = testing::FreeTcpPort();
+  const int metrics_port = testing::FreeTcpPort();
+  const Served served =
+      Serve(Model(), {"--max_running=1", "--max_queue=1",
+                      absl::StrCat("--http_port=", http_port),
+                      absl::StrCat("--metrics_port=", metrics_port)});
+  ASSERT_NE(served.stub, nullptr);
+  grpc::ClientContext running_context, waiting_context;
+  auto running =
+      served.stub->GenerateStream(&running_context, Request(kPrompt, 1000));
+  v1::GenerateStreamResponse first;
+  ASSERT_TRUE(running->Read(&first));  // it runs
+  const std::vector<pid_t> workers = testing::ChildrenOf(served.server->pid());
+  ASSERT_EQ(workers.size(), 1u);
+  ASSERT_EQ(kill(workers[0], SIGSTOP), 0);
+  auto waiting =
+      served.stub->GenerateStream(&waiting_context, Request(kPrompt, 4));
+  const std::string queued = "octet_requests_waiting";
+  for (int i = 0; i < 100 && Scrape(metrics_port)[queued] < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(Scrape(metrics_port)[queued], 1);
+  httplib::Client http("127.0.0.1", http_port);
+  const httplib::Result refused = http.Post(
+      "/v1/completions", Completion(kPrompt, 4, false).dump(),
+      "application/json");
+  kill(workers[0], SIGCONT);
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(nlohmann::json::parse(refused->body)["error"]["type"],
+            "rate_limit_error");
+  EXPECT_NE(refused->body.find("the queue is full"), std::string::npos);
+  running_context.TryCancel();
+  waiting_context.TryCancel();
 }
 
 // A Llama 3-style checkpoint with only tokenizer.json (make-model
