@@ -125,6 +125,20 @@ class CoordinatorTest : public ::testing::Test {
   static std::map<std::string, double> Scrape() {
     return Scrape(metrics_port_);
   }
+
+  // Requests ended CANCELLED since `before`, once there is one (or after
+  // 30 s).
+  static double CancelledSince(const std::map<std::string, double>& before) {
+    const std::string cancelled =
+        R"(octet_requests_total{code="CANCELLED",finish_reason="none"})";
+    double ended = 0;
+    for (int i = 0; i < 300 && ended < 1; ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      ended = Increase(before, Scrape(), cancelled);
+    }
+    return ended;
+  }
+
   static std::map<std::string, double> Scrape(int metrics_port) {
     std::map<std::string, double> samples;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -500,14 +514,8 @@ TEST_F(CoordinatorTest, AClientDeadlineEndsTheRequest) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
       << s.error_message();
   // The server ends it once the held step returns.
-  const std::string cancelled =
-      R"(octet_requests_total{code="CANCELLED",finish_reason="none"})";
-  double ended = 0;
-  for (int i = 0; i < 300 && ended < 1; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
-    ended = Increase(before, Scrape(), cancelled);
-  }
-  EXPECT_EQ(ended, 1) << "the server did not end the request within 30 s";
+  EXPECT_EQ(CancelledSince(before), 1)
+      << "the server did not end the request within 30 s";
   // And goes on serving others, on the same group.
   grpc::ClientContext next;
   EXPECT_TRUE(Stub()->Generate(&next, Request(kPrompt, 3), &r).ok());
@@ -588,14 +596,8 @@ TEST_F(CoordinatorTest, AnHttpStreamWhoseClientLeavesIsCancelled) {
   http.send(request);
   for (pid_t w : workers) kill(w, SIGCONT);
   EXPECT_NE(received.find(": waiting"), std::string::npos) << received;
-  const std::string cancelled =
-      R"(octet_requests_total{code="CANCELLED",finish_reason="none"})";
-  double ended = 0;
-  for (int i = 0; i < 300 && ended < 1; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
-    ended = Increase(before, Scrape(), cancelled);
-  }
-  EXPECT_EQ(ended, 1) << "the server did not end the request within 30 s";
+  EXPECT_EQ(CancelledSince(before), 1)
+      << "the server did not end the request within 30 s";
   EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
 }
 
