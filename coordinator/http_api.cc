@@ -1,6 +1,10 @@
 #include "coordinator/http_api.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <csignal>
 #include <cstdio>
@@ -8,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
@@ -63,6 +68,63 @@ class Outbox {
   std::deque<Delta> deltas_ ABSL_GUARDED_BY(mu_);
   std::optional<Outcome> outcome_ ABSL_GUARDED_BY(mu_);
 };
+
+// The port and numeric address of a socket address (IPv4 or IPv6).
+int PortOf(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  }
+  if (a.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  }
+  return -1;
+}
+std::string AddressOf(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw =
+      a.ss_family == AF_INET
+          ? static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in&>(a).sin_addr)
+          : static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
+  return inet_ntop(a.ss_family, raw, text, sizeof text) ? text : "";
+}
+
+// The socket of the connection `request` came on, found by its addresses
+// among this process's open files (cpp-httplib 0.11 shows a handler no
+// socket); -1 when there is none. The connection stays open while its
+// handler runs, so no other socket can have its descriptor meanwhile.
+int ConnectionSocket(const httplib::Request& request) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (const dirent* entry = readdir(dir)) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry->d_name, &fd)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_size = sizeof local, peer_size = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size)) {
+      continue;  // not a connected socket
+    }
+    if (PortOf(local) == request.local_port &&
+        PortOf(peer) == request.remote_port &&
+        AddressOf(peer) == request.remote_addr) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the client at the other end of `fd` has closed its side (it
+// sends nothing more on a connection it waits on).
+bool ClientLeft(int fd) {
+  if (fd < 0) return false;
+  pollfd p{.fd = fd, .events = POLLRDHUP, .revents = 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 std::string Event(const json& chunk) {
   return absl::StrCat(
@@ -259,10 +321,12 @@ void HttpApi::Answer(const httplib::Request& request,
   if (!id.ok()) return Fail(response, id.status(), endpoint, /*counted=*/true);
   x->id = *id;
 
+  // A client that closes its connection ends its request.
+  const int socket = ConnectionSocket(request);
   if (!x->p.call.stream) {
     for (;;) {
       Outbox::Batch batch = x->outbox.Take(options_.heartbeat);
-      if (stopping_) engine_.Cancel(x->id);
+      if (stopping_ || ClientLeft(socket)) engine_.Cancel(x->id);
       for (const Delta& d : batch.deltas) x->answer->Add(d);
       if (!batch.outcome.has_value()) continue;
       if (!batch.outcome->status.ok()) {
@@ -276,9 +340,9 @@ void HttpApi::Answer(const httplib::Request& request,
   response.set_header("X-Accel-Buffering", "no");  // no proxy buffering
   response.set_chunked_content_provider(
       "text/event-stream",
-      [this, x, endpoint](size_t, httplib::DataSink& sink) {
+      [this, x, endpoint, socket](size_t, httplib::DataSink& sink) {
         Outbox::Batch batch = x->outbox.Take(options_.heartbeat);
-        if (stopping_) engine_.Cancel(x->id);
+        if (stopping_ || ClientLeft(socket)) engine_.Cancel(x->id);
         std::string events;
         const size_t n = batch.deltas.size();
         for (size_t i = 0; i < n; ++i) {

@@ -13,12 +13,11 @@
 // rendered and tokenized on its connection's thread, then submitted; the
 // engine's callbacks hand its output to that thread through an outbox,
 // never blocking the engine. With "stream": true the answer is
-// server-sent events (`data: {chunk}` ... `data: [DONE]`); while no token
-// comes, a comment line every `heartbeat` finds out whether the client is
-// still there. A client that goes away (a failed write) cancels its
-// request, as a cancelled gRPC call does; a non-streaming request learns
-// it only when it writes its answer (cpp-httplib 0.11 shows a handler no
-// socket), so it runs to its end.
+// server-sent events (`data: {chunk}` ... `data: [DONE]`; while no token
+// comes, a comment line every `heartbeat`). A client that goes away cancels
+// its request, as a cancelled gRPC call does, streaming or not: its
+// connection is looked at whenever output comes and every `heartbeat`
+// (closed by the client, or a failed write).
 #pragma once
 
 #include <atomic>

@@ -7,9 +7,9 @@
 // past --step_timeout, SIGTERM with streams in flight (drain) and while
 // the workers start. Health and server reflection answer as grpcurl and
 // Kubernetes probes ask. The OpenAI-compatible HTTP API on the same
-// server: the gRPC API's text, a stream whose client leaves cancelled,
-// OpenAI's error objects, 429 for a full queue (the real `openai` client drives it in
-// openai_client_test.py). Bad flags, a TP degree the model cannot split by
+// server: the gRPC API's text, a client that leaves (streaming or not)
+// cancelling its request, OpenAI's error objects, 429 for a full queue
+// (the real `openai` client drives it in openai_client_test.py). Bad flags, a TP degree the model cannot split by
 // and a model beyond the machine's memory end the program with exit code
 // 2; a load that fails alike each time, after --max_start_failures, with 1.
 #include <arpa/inet.h>
@@ -596,6 +596,26 @@ TEST_F(CoordinatorTest, AnHttpStreamWhoseClientLeavesIsCancelled) {
   http.send(request);
   for (pid_t w : workers) kill(w, SIGCONT);
   EXPECT_NE(received.find(": waiting"), std::string::npos) << received;
+  EXPECT_EQ(CancelledSince(before), 1)
+      << "the server did not end the request within 30 s";
+  EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
+}
+
+// A non-streaming request whose client leaves (here: its read time-out)
+// ends too, with the workers held so that it cannot end first.
+TEST_F(CoordinatorTest, AnHttpRequestWhoseClientLeavesIsCancelled) {
+  const std::map<std::string, double> before = Scrape();
+  const std::vector<pid_t> workers = testing::ChildrenOf(pid());
+  ASSERT_EQ(workers.size(), 2u);
+  for (pid_t w : workers) ASSERT_EQ(kill(w, SIGSTOP), 0);
+  httplib::Client http("127.0.0.1", http_port_);
+  http.set_read_timeout(0, 300'000);  // 300 ms, then it hangs up
+  const httplib::Result gone = http.Post(
+      "/v1/completions", Completion(kPrompt, 1000, false).dump(),
+      "application/json");
+  http.stop();
+  for (pid_t w : workers) kill(w, SIGCONT);
+  EXPECT_FALSE(gone);
   EXPECT_EQ(CancelledSince(before), 1)
       << "the server did not end the request within 30 s";
   EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
