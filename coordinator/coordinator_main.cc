@@ -432,6 +432,12 @@ absl::StatusOr<CoordinatorOptions> ParseFlags() {
   OCTET_RETURN_IF_ERROR(ParseWorkerTls(o));
   o.health_port = absl::GetFlag(FLAGS_health_port);
   OCTET_RETURN_IF_ERROR(CheckPort("health_port", o.health_port));
+  if (o.http_port != 0 && (o.http_port == o.port ||
+                           o.http_port == o.metrics_port ||
+                           o.http_port == o.health_port)) {
+    return Invalid(absl::StrCat("--http_port ", o.http_port,
+                                " is another of the coordinator's ports"));
+  }
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.kv_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   if (o.block_size < 1 || o.kv_tokens < o.block_size) {
@@ -720,7 +726,9 @@ ModelLimits LimitsOf(const CoordinatorOptions& o, const ModelConfig& config,
                      const Tokenizer* tokenizer) {
   ModelLimits limits;
   limits.vocab_size = config.vocab_size;
-  limits.max_context = std::min(config.max_position_embeddings, o.kv_tokens);
+  // Whole KV blocks: a request that fits the context fits the cache.
+  limits.max_context = std::min(config.max_position_embeddings,
+                                o.kv_tokens / o.block_size * o.block_size);
   if (tokenizer != nullptr)
     limits.max_token_bytes = tokenizer->max_token_bytes();
   for (int64_t id : config.eos_token_ids) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <deque>
@@ -95,6 +96,7 @@ std::string AddressOf(const sockaddr_storage& a) {
 // socket); -1 when there is none. The connection stays open while its
 // handler runs, so no other socket can have its descriptor meanwhile.
 int ConnectionSocket(const httplib::Request& request) {
+  if (request.local_port <= 0 || request.remote_port <= 0) return -1;
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
   int found = -1;
@@ -144,7 +146,58 @@ HttpApi::HttpApi(Engine& engine, HttpApiOptions options)
     : engine_(engine),
       options_(std::move(options)),
       started_(absl::ToUnixSeconds(absl::Now())),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(std::make_unique<httplib::Server>()) {
+  const ChatTemplate* chat = options_.chat_template;
+  const Tokenizer* t = options_.tokenizer;
+  if (chat == nullptr || t == nullptr) return;
+  // A special token's id: what its text encodes to when that is one id
+  // (tokenizer.json's added tokens), else the tokenizer's own (a
+  // SentencePiece control symbol, which text never encodes to).
+  const auto special = [&](const std::string& text,
+                           int64_t own) -> std::optional<int64_t> {
+    if (text.empty()) return std::nullopt;
+    const std::vector<int64_t> ids = t->Encode(text, /*add_bos=*/false);
+    const int64_t id = ids.size() == 1 ? ids[0] : own;
+    if (id < 0) return std::nullopt;
+    chat_specials_.emplace_back(text, id);
+    return id;
+  };
+  special(chat->bos_token(), t->bos_id());
+  if (const std::optional<int64_t> eos =
+          special(chat->eos_token(), t->eos_id())) {
+    chat_eos_ = static_cast<int32_t>(*eos);
+  }
+}
+
+std::vector<int64_t> HttpApi::EncodeChat(const std::string& text) const {
+  // The template writes BOS and EOS as text; they become their ids, as
+  // transformers' tokenizers match special tokens in text (SentencePiece
+  // would spell them out), the text between them encoded on its own.
+  std::vector<int64_t> ids;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t next = std::string::npos;
+    const std::pair<std::string, int64_t>* hit = nullptr;
+    for (const auto& special : chat_specials_) {
+      const size_t found = text.find(special.first, at);
+      if (found < next || (found == next && found != std::string::npos &&
+                           special.first.size() > hit->first.size())) {
+        next = found;
+        hit = &special;
+      }
+    }
+    const size_t end = hit == nullptr ? text.size() : next;
+    if (end > at) {
+      const std::vector<int64_t> piece =
+          options_.tokenizer->Encode(text.substr(at, end - at), false);
+      ids.insert(ids.end(), piece.begin(), piece.end());
+    }
+    if (hit == nullptr) break;
+    ids.push_back(hit->second);
+    at = next + hit->first.size();
+  }
+  return ids;
+}
 
 HttpApi::~HttpApi() { Stop(); }
 
@@ -162,6 +215,12 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   };
   server.set_payload_max_length(kMaxBodyBytes);
   server.set_keep_alive_max_count(1000);  // a client's pooled connection
+  // SO_REUSEADDR alone: cpp-httplib's default adds SO_REUSEPORT, with which
+  // a port another server holds would be shared with it, not refused.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   const int port = api->options_.port;
   api->port_ = port == 0 ? server.bind_to_any_port("0.0.0.0")
                          : (server.bind_to_port("0.0.0.0", port) ? port : -1);
@@ -170,13 +229,31 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
         absl::StrCat("cannot serve HTTP on port ", port));
   }
   api->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  // Until it runs, stop() would not stop it.
+  for (int i = 0; i < 5000 && !server.is_running(); ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   return api;
 }
 
 void HttpApi::Stop() {
   if (stopping_.exchange(true)) return;
+  // Open requests see stopping_, cancel theirs and answer what the engine
+  // says (a stream: an error event, then [DONE]); those still open after
+  // a grace (the engine may be loading a group) are abandoned: answered
+  // 503 at once. Then the connections close.
+  const absl::Duration grace = 3 * options_.heartbeat;
+  WaitForExchanges(absl::Now() + grace);
+  abandon_ = true;
+  WaitForExchanges(absl::Now() + grace);
   server_->stop();
   if (thread_.joinable()) thread_.join();
+}
+
+void HttpApi::WaitForExchanges(absl::Time deadline) const {
+  while (open_exchanges_ > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 void HttpApi::Route() {
@@ -205,17 +282,35 @@ void HttpApi::Route() {
          [this](const httplib::Request& req, httplib::Response& res) {
            Answer(req, res, Endpoint::kChat);
          });
-  // cpp-httplib's own refusals (no such path, a body too large) in
-  // OpenAI's error shape too.
+  // A body is read only with its length said first: cpp-httplib 0.11
+  // bounds a body by its Content-Length alone, not a chunked one.
+  s.set_pre_routing_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (req.method != "POST" || (req.has_header("Content-Length") &&
+                                     !req.has_header("Transfer-Encoding"))) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        openai::ApiError e;
+        e.http_status = 411;
+        e.message = "a request body needs a Content-Length (not chunked)";
+        res.set_header("Connection", "close");
+        SetJson(res, 411, openai::ErrorBody(e));
+        return httplib::Server::HandlerResponse::Handled;
+      });
+  // cpp-httplib's own refusals (no such path, a body too large, a
+  // malformed request) in OpenAI's error shape too.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     openai::ApiError e;
     e.http_status = res.status;
-    e.message = res.status == 413
-                    ? absl::StrCat("the request body is larger than ",
-                                   kMaxBodyBytes, " bytes")
-                    : absl::StrCat(req.method, " ", req.path,
-                                   " is not an endpoint of this server");
+    e.message =
+        res.status == 404 || res.status == 405
+            ? absl::StrCat(req.method, " ", req.path,
+                           " is not an endpoint of this server")
+        : res.status == 413
+            ? absl::StrCat("the request body is larger than ", kMaxBodyBytes,
+                           " bytes")
+            : absl::StrCat("the request was refused (HTTP ", res.status, ")");
     SetJson(res, res.status, openai::ErrorBody(e));
   });
   s.set_exception_handler(
@@ -268,11 +363,13 @@ absl::StatusOr<HttpApi::Prepared> HttpApi::Prepare(const std::string& body,
     }
   }
   EncodeFn encode;
-  if (tokenizer != nullptr) {
+  if (chat) {
     // A rendered chat holds its special tokens (its template writes
     // bos_token), as transformers' apply_chat_template tokenizes it.
-    encode = [tokenizer, chat](const std::string& text) {
-      return tokenizer->Encode(text, /*add_bos=*/!chat);
+    encode = [this](const std::string& text) { return EncodeChat(text); };
+  } else if (tokenizer != nullptr) {
+    encode = [tokenizer](const std::string& text) {
+      return tokenizer->Encode(text, /*add_bos=*/true);
     };
   }
   OCTET_ASSIGN_OR_RETURN(
@@ -280,6 +377,14 @@ absl::StatusOr<HttpApi::Prepared> HttpApi::Prepare(const std::string& body,
   if (chat && !p.call.max_tokens_given) {
     p.request.max_new_tokens = options_.limits.max_context -
                                static_cast<int64_t>(p.request.prompt.size());
+  }
+  // A chat ends at the template's EOS too (a turn's end, which config.json
+  // may not list), unless EOS is ignored.
+  std::vector<int32_t>& eos = p.request.eos_ids;
+  if (chat && chat_eos_.has_value() &&
+      !p.call.generate.stopping().ignore_eos() &&
+      std::find(eos.begin(), eos.end(), *chat_eos_) == eos.end()) {
+    eos.push_back(*chat_eos_);
   }
   p.request.request_id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", next_id_++);
   if (p.call.echo) {
@@ -293,18 +398,21 @@ absl::StatusOr<HttpApi::Prepared> HttpApi::Prepare(const std::string& body,
   return p;
 }
 
+// One request's exchange with the engine, shared by the engine's
+// callbacks and the connection's thread (a stream's outlives its handler).
+struct HttpApi::Exchange {
+  Prepared p;
+  Outbox outbox;
+  std::optional<openai::Answer> answer;
+  uint64_t id = 0;
+  int socket = -1;     // the connection's (ConnectionSocket), or -1
+  bool ended = false;  // a stream's last event is out
+};
+
 void HttpApi::Answer(const httplib::Request& request,
                      httplib::Response& response, Endpoint endpoint) {
   absl::StatusOr<Prepared> prepared = Prepare(request.body, endpoint);
   if (!prepared.ok()) return Fail(response, prepared.status(), endpoint);
-  // What the answer is built from outlives this handler when it streams.
-  struct Exchange {
-    Prepared p;
-    Outbox outbox;
-    std::optional<openai::Answer> answer;
-    uint64_t id = 0;
-    bool ended = false;  // the last event is out
-  };
   auto x = std::make_shared<Exchange>();
   x->p = *std::move(prepared);
   openai::TokenText token_text = [t = options_.tokenizer](int32_t id) {
@@ -320,59 +428,81 @@ void HttpApi::Answer(const httplib::Request& request,
                       const Outcome& o) { x->outbox.End(d, o); }});
   if (!id.ok()) return Fail(response, id.status(), endpoint, /*counted=*/true);
   x->id = *id;
-
-  // A client that closes its connection ends its request.
-  const int socket = ConnectionSocket(request);
+  x->socket = ConnectionSocket(request);
+  ++open_exchanges_;
   if (!x->p.call.stream) {
-    for (;;) {
-      Outbox::Batch batch = x->outbox.Take(options_.heartbeat);
-      if (stopping_ || ClientLeft(socket)) engine_.Cancel(x->id);
-      for (const Delta& d : batch.deltas) x->answer->Add(d);
-      if (!batch.outcome.has_value()) continue;
-      if (!batch.outcome->status.ok()) {
-        return Fail(response, batch.outcome->status, endpoint, true);
-      }
-      return SetJson(response, 200, x->answer->Whole(*batch.outcome));
-    }
+    AnswerWhole(*x, response, endpoint);
+    --open_exchanges_;
+    return;
   }
-
   response.set_header("Cache-Control", "no-cache");
   response.set_header("X-Accel-Buffering", "no");  // no proxy buffering
   response.set_chunked_content_provider(
       "text/event-stream",
-      [this, x, endpoint, socket](size_t, httplib::DataSink& sink) {
-        Outbox::Batch batch = x->outbox.Take(options_.heartbeat);
-        if (stopping_ || ClientLeft(socket)) engine_.Cancel(x->id);
-        std::string events;
-        const size_t n = batch.deltas.size();
-        for (size_t i = 0; i < n; ++i) {
-          const bool last = i + 1 == n && batch.outcome.has_value() &&
-                            batch.outcome->status.ok();
-          for (const json& chunk :
-               last ? x->answer->LastChunks(batch.deltas[i], *batch.outcome)
-                    : x->answer->Chunks(batch.deltas[i])) {
-            events += Event(chunk);
-          }
-        }
-        if (batch.outcome.has_value()) {
-          if (!batch.outcome->status.ok()) {
-            events += Event(openai::ErrorBody(
-                openai::FromStatus(batch.outcome->status, endpoint)));
-          }
-          events += "data: [DONE]\n\n";
-          x->ended = true;
-        } else if (events.empty()) {
-          events = ": waiting\n\n";  // a comment: is the client still there?
-        }
-        if (!sink.write(events.data(), events.size())) return false;
-        if (x->ended) sink.done();
-        return true;
+      [this, x, endpoint](size_t, httplib::DataSink& sink) {
+        return NextEvents(*x, sink, endpoint);
       },
-      // Ended before its last event (the client went away, or the server
-      // stopped): the request goes too.
+      // Released, with its last event out or not (the client went away,
+      // or the server stopped): an unfinished request goes too.
       [this, x](bool) {
         if (!x->ended) engine_.Cancel(x->id);
+        --open_exchanges_;
       });
+}
+
+void HttpApi::AnswerWhole(Exchange& x, httplib::Response& response,
+                          Endpoint endpoint) {
+  for (;;) {
+    Outbox::Batch batch = x.outbox.Take(options_.heartbeat);
+    // A client that closed its connection, or a stopping server, ends it.
+    if (stopping_ || ClientLeft(x.socket)) engine_.Cancel(x.id);
+    for (const Delta& d : batch.deltas) x.answer->Add(d);
+    if (batch.outcome.has_value()) {
+      if (!batch.outcome->status.ok()) {
+        return Fail(response, batch.outcome->status, endpoint, true);
+      }
+      return SetJson(response, 200, x.answer->Whole(*batch.outcome));
+    }
+    if (abandon_) {  // the engine counts the request when it ends
+      return Fail(response, absl::UnavailableError("the server is stopping"),
+                  endpoint, true);
+    }
+  }
+}
+
+bool HttpApi::NextEvents(Exchange& x, httplib::DataSink& sink,
+                         Endpoint endpoint) {
+  Outbox::Batch batch = x.outbox.Take(options_.heartbeat);
+  if (stopping_ || ClientLeft(x.socket)) engine_.Cancel(x.id);
+  std::string events;
+  const size_t n = batch.deltas.size();
+  for (size_t i = 0; i < n; ++i) {
+    const bool last =
+        i + 1 == n && batch.outcome.has_value() && batch.outcome->status.ok();
+    for (const json& chunk :
+         last ? x.answer->LastChunks(batch.deltas[i], *batch.outcome)
+              : x.answer->Chunks(batch.deltas[i])) {
+      events += Event(chunk);
+    }
+  }
+  std::optional<absl::Status> end;
+  if (batch.outcome.has_value()) {
+    end = batch.outcome->status;
+  } else if (abandon_) {
+    end = absl::UnavailableError("the server is stopping");
+  }
+  if (end.has_value()) {
+    if (!end->ok()) {
+      events += Event(openai::ErrorBody(openai::FromStatus(*end, endpoint)));
+    }
+    events += "data: [DONE]\n\n";
+    x.ended = true;
+  } else if (events.empty()) {
+    events = ": waiting\n\n";  // a comment: is the client still there?
+  }
+  if (!sink.write(events.data(), events.size())) return false;
+  if (x.ended) sink.done();
+  return true;
 }
 
 }  // namespace octet

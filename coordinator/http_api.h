@@ -22,8 +22,11 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -35,6 +38,7 @@
 #include "model/tokenizer.h"
 
 namespace httplib {
+class DataSink;
 class Server;
 struct Request;
 struct Response;
@@ -68,8 +72,10 @@ class HttpApi {
   // Shutting down: /health answers 503 (the engine refuses new requests
   // once it drains).
   void Drain() { draining_ = true; }
-  // Stops listening and ends the connections; open streams' requests are
-  // cancelled and end with an error event.
+  // Cancels the requests still open, lets them answer what the engine
+  // says (a stream: an error event, then [DONE]) for up to three
+  // heartbeats, answers those left 503 at once, and closes every
+  // connection. The engine must still run.
   void Stop();
 
  private:
@@ -86,6 +92,17 @@ class HttpApi {
   // An error answer; `counted`: the engine counted it already.
   void Fail(httplib::Response& response, const absl::Status& status,
             openai::Endpoint endpoint, bool counted = false);
+  // A submitted request answered whole once it ends, or streamed: each
+  // call the next events (false: the client is gone).
+  struct Exchange;
+  void AnswerWhole(Exchange& x, httplib::Response& response,
+                   openai::Endpoint endpoint);
+  bool NextEvents(Exchange& x, httplib::DataSink& sink,
+                  openai::Endpoint endpoint);
+  // Until no request is open on the HTTP side, or `deadline`.
+  void WaitForExchanges(absl::Time deadline) const;
+  // A rendered chat's ids (EncodeChat), and its EOS (the template's).
+  std::vector<int64_t> EncodeChat(const std::string& text) const;
 
   Engine& engine_;
   const HttpApiOptions options_;
@@ -95,6 +112,12 @@ class HttpApi {
   int port_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> abandon_{false};  // stopping, past the grace
+  std::atomic<int> open_exchanges_{0};
+  // The chat template's special tokens' text and id (BOS, EOS), and its
+  // EOS id, which ends a chat as the model's own EOS does.
+  std::vector<std::pair<std::string, int64_t>> chat_specials_;
+  std::optional<int32_t> chat_eos_;
   std::atomic<uint64_t> next_id_{1};
 };
 

@@ -106,8 +106,9 @@ absl::Status NeutralOnly(Fields& f, const char* name, const json& neutral,
                          const char* why) {
   const json* v = f.Take(name);
   if (v == nullptr || *v == neutral) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("= ", v->dump(), " is not supported (", why,
-                                    "); leave it out"));
+  // (The value is not echoed: it may be anything, megabytes deep.)
+  return Invalid(name, absl::StrCat("is supported only as ", neutral.dump(),
+                                    " (", why, "); leave it out"));
 }
 
 // What both endpoints share: sampling, stopping, stream, and the fields
@@ -121,8 +122,9 @@ absl::Status ParseCommon(Fields& f, Call& call) {
                          GetNumber(f, "top_p"));
   if (top_p) s.set_top_p(static_cast<float>(*top_p));
   // vLLM's extensions, which octet's sampler has too.
-  OCTET_ASSIGN_OR_RETURN(const std::optional<int64_t> top_k,
-                         GetInt(f, "top_k", -1, int64_t{1} << 31));
+  OCTET_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> top_k,
+      GetInt(f, "top_k", -1, std::numeric_limits<int32_t>::max()));
   if (top_k) s.set_top_k(std::max<int64_t>(0, *top_k));  // -1: all, as 0
   OCTET_ASSIGN_OR_RETURN(const std::optional<double> repetition,
                          GetNumber(f, "repetition_penalty"));
@@ -210,28 +212,31 @@ absl::Status ParseMaxTokens(Fields& f, Call& call) {
   return absl::OkStatus();
 }
 
-// /v1/completions' prompt: a string or token ids, alone or as a list of one.
+// /v1/completions' prompt: a string or token ids, alone or as a list of one
+// (nothing nested deeper).
 absl::Status ParsePrompt(const json* v, v1::GenerateRequest& generate) {
   if (v == nullptr) return Invalid("prompt", "is required");
-  if (v->is_array() && !v->empty() && !(*v)[0].is_number_integer()) {
+  const json* prompt = v;
+  if (v->is_array() && !v->empty() &&
+      ((*v)[0].is_string() || (*v)[0].is_array())) {
     if (v->size() != 1) {
       return Invalid("prompt",
                      absl::StrCat("lists ", v->size(),
                                   " prompts: octet answers one prompt per "
                                   "request; send one request each"));
     }
-    return ParsePrompt(&(*v)[0], generate);
+    prompt = &(*v)[0];
   }
-  if (v->is_string()) {
-    generate.set_text(v->get<std::string>());
+  if (prompt->is_string()) {
+    generate.set_text(prompt->get<std::string>());
     return absl::OkStatus();
   }
-  if (!v->is_array() || v->empty()) {
+  if (!prompt->is_array() || prompt->empty()) {
     return Invalid("prompt", "must be a string or a list of token ids");
   }
   auto* ids = generate.mutable_token_ids()->mutable_ids();
-  for (size_t i = 0; i < v->size(); ++i) {
-    const json& id = (*v)[i];
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const json& id = (*prompt)[i];
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
       return Invalid(absl::StrCat("prompt[", i, "]"),
@@ -529,18 +534,21 @@ json Answer::Logprobs(const Piece& piece) {
     }
     return {{"content", std::move(content)}};
   }
-  json tokens = json::array(), logprobs = json::array(),
+  // top_logprobs: with logprobs = 0, each token's own, as vLLM answers
+  // (octet computes no alternatives); null where the logprob is.
+  json tokens = json::array(), logprobs = json::array(), tops = json::array(),
        offsets = json::array();
   for (size_t i = 0; i < piece.ids.size(); ++i) {
     const std::string text = token_text_(piece.ids[i]);
     tokens.push_back(text);
     logprobs.push_back(logprob(i));
+    tops.push_back(logprob(i).is_null() ? json() : json({{text, logprob(i)}}));
     offsets.push_back(text_offset_);
     text_offset_ += static_cast<int64_t>(text.size());
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(logprobs)},
-          {"top_logprobs", json()},
+          {"top_logprobs", std::move(tops)},
           {"text_offset", std::move(offsets)}};
 }
 

@@ -55,6 +55,9 @@ class ChatTemplate {
                                      bool add_generation_prompt) const;
 
   const std::string& where() const { return source_.where; }
+  // The text the template writes for the model's BOS and EOS ("" if none).
+  const std::string& bos_token() const { return source_.bos_token; }
+  const std::string& eos_token() const { return source_.eos_token; }
 
  private:
   ChatTemplate(ChatTemplateSource source,

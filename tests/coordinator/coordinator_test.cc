@@ -1118,6 +1118,65 @@ TEST_F(CoordinatorTest, ACheckpointWithOnlyTokenizerJsonServesText) {
   EXPECT_EQ(text, (*tokenizer)->Decode(ids));
 }
 
+// Chat on a SentencePiece tokenizer.model, with a Llama 2-style template
+// that writes "<s>" and "</s>" as text: they become the BOS and EOS ids
+// (SentencePiece would spell them out), the rest encoded between them,
+// and the answer is the gRPC API's for those ids.
+TEST_F(CoordinatorTest, ChatWithSentencePieceTurnsSpecialTextIntoIds) {
+  const fs::path dir = *dir_ / "tiny_chat";
+  fs::remove_all(dir);
+  fs::copy(Model(), dir, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::exists(dir / "tokenizer.model"));
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+      "{% for m in messages %}{% if m.role == 'user' %}{{ bos_token }}[INST] {{ m.content }} [/INST]{% else %} {{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"})";
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::Load(dir.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const Tokenizer& t = **tokenizer;
+  ASSERT_GE(t.bos_id(), 0);
+  ASSERT_GE(t.eos_id(), 0);
+  std::vector<int64_t> want = {t.bos_id()};
+  for (int64_t id : t.Encode("[INST] Hi there [/INST] ok", false)) {
+    want.push_back(id);
+  }
+  want.push_back(t.eos_id());
+  want.push_back(t.bos_id());
+  for (int64_t id : t.Encode("[INST] And now? [/INST]", false)) {
+    want.push_back(id);
+  }
+
+  const int http_port = testing::FreeTcpPort();
+  const Served served =
+      Serve(dir.string(), {absl::StrCat("--http_port=", http_port)});
+  ASSERT_NE(served.stub, nullptr);
+  grpc::ClientContext context;
+  v1::GenerateResponse grpc_answer;
+  ASSERT_TRUE(served.stub
+                  ->Generate(&context,
+                             Request(std::vector<int32_t>(want.begin(),
+                                                          want.end()),
+                                     8),
+                             &grpc_answer)
+                  .ok());
+  httplib::Client http("127.0.0.1", http_port);
+  const nlohmann::json body = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Hi there"}},
+        {{"role", "assistant"}, {"content", "ok"}},
+        {{"role", "user"}, {"content", "And now?"}}}},
+      {"max_tokens", 8},
+      {"temperature", 0},
+      {"ignore_eos", true}};
+  const httplib::Result chat =
+      http.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(chat) << httplib::to_string(chat.error());
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const nlohmann::json answer = nlohmann::json::parse(chat->body);
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], want.size());
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], grpc_answer.text());
+}
+
 TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{
@@ -1135,7 +1194,11 @@ TEST(CoordinatorFlags, BadFlagsExitWithCodeTwo) {
            {"--model=/tmp", "--metrics_port=70000"},
            {"--model=/tmp", "--rendezvous_port=-1"},
            {"--model=/tmp", "--step_timeout=0s"},
-           {"--model=/tmp", "--max_start_failures=-1"}}) {
+           {"--model=/tmp", "--max_start_failures=-1"},
+           {"--model=/tmp", "--http_port=70000"},
+           {"--model=/tmp", "--port=5000", "--http_port=5000"},
+           {"--model=/tmp", "--http_max_connections=0"},
+           {"--model=/tmp", "--served_model_name=a\"b"}}) {
     std::vector<std::string> command = {testing::SiblingProgram("coordinator")};
     command.insert(command.end(), args.begin(), args.end());
     EXPECT_EQ(testing::RunTogether({command}, absl::Seconds(20)),

@@ -250,6 +250,10 @@ TEST(OpenAiApiTest, EchoedLogprobsPutThePromptsFirst) {
   EXPECT_EQ(choice["logprobs"]["token_logprobs"],
             json({nullptr, -1.0, -2.0, -0.5, -0.25}));
   EXPECT_EQ(choice["logprobs"]["text_offset"], json({0, 2, 4, 6, 8}));
+  // No alternatives: each token's own, as logprobs = 0 asks.
+  EXPECT_EQ(choice["logprobs"]["top_logprobs"],
+            json({nullptr, {{"t2", -1.0}}, {{"t3", -2.0}}, {{"t4", -0.5}},
+                  {{"t5", -0.25}}}));
   EXPECT_EQ(whole["usage"]["total_tokens"], 5);
 }
 

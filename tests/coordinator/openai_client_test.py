@@ -19,6 +19,7 @@ One coordinator serves SmolLM2-135M-Instruct (GGUF) in FP8 with both APIs
 """
 
 import argparse
+import http.client as http_client
 import json
 import os
 import re
@@ -218,6 +219,14 @@ def check_errors(s, client):
     assert got == 413 and answer["error"]["message"], (got, answer)
     got, answer = http(s.http, "GET", "/v1/nothing")
     assert got == 404 and answer["error"]["message"]
+    # A body without a length (chunked) is refused before it is read.
+    conn = http_client.HTTPConnection("127.0.0.1", s.http, timeout=60)
+    conn.request("POST", "/v1/completions", body=iter([b'{"prompt": "x"}']),
+                 headers={"Content-Type": "application/json"},
+                 encode_chunked=True)
+    reply = conn.getresponse()
+    assert reply.status == 411, (reply.status, reply.read())
+    conn.close()
     for call, error in [
             (lambda: client.completions.create(model=s.name, prompt="x",
                                                n=2), openai.BadRequestError),
