@@ -19,11 +19,12 @@
 // is replaced by a new one. On SIGTERM or SIGINT it drains:
 // NOT_SERVING (HTTP /health 503), new requests refused, running and queued
 // ones finish, gRPC and HTTP streams alike (up to --drain_timeout), then it
-// exits 0. Workers that fail to start the same
-// way --max_start_failures times in a row end it with exit code 1.
+// exits 0. Workers that fail to start the same way --max_start_failures
+// times in a row end it with exit code 1.
 //
 // The composition root: it reads the model's config, tokenizer and chat
-// template with model/'s readers; it never links worker/ code (the workers are programs).
+// template with model/'s readers; it never links worker/ code (the workers
+// are programs).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -509,8 +510,8 @@ void ReadChatTemplate(const std::string& path, ModelFacts& m) {
     }
     why = compiled.status();
   }
-  m.no_chat_reason =
-      absl::StrCat("this model's chat template cannot be used: ", why.message());
+  m.no_chat_reason = absl::StrCat(
+      "this model's chat template cannot be used: ", why.message());
   std::fprintf(stderr, "coordinator: no chat: %s\n", m.no_chat_reason.c_str());
 }
 

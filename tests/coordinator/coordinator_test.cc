@@ -9,9 +9,11 @@
 // Kubernetes probes ask. The OpenAI-compatible HTTP API on the same
 // server: the gRPC API's text, a client that leaves (streaming or not)
 // cancelling its request, OpenAI's error objects, 429 for a full queue
-// (the real `openai` client drives it in openai_client_test.py). Bad flags, a TP degree the model cannot split by
-// and a model beyond the machine's memory end the program with exit code
-// 2; a load that fails alike each time, after --max_start_failures, with 1.
+// (the real `openai` client drives it in openai_client_test.py); chat on
+// a SentencePiece tokenizer. Bad flags, a TP degree the model cannot split
+// by and a model beyond the machine's memory end the program with exit
+// code 2; a load that fails alike each time, after --max_start_failures,
+// with 1.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -623,7 +625,8 @@ TEST_F(CoordinatorTest, AnHttpRequestWhoseClientLeavesIsCancelled) {
 
 TEST_F(CoordinatorTest, HttpErrorsAreOpenAisErrorObject) {
   httplib::Client http("127.0.0.1", http_port_);
-  const httplib::Result bad = http.Post("/v1/completions", "{", "application/json");
+  const httplib::Result bad =
+      http.Post("/v1/completions", "{", "application/json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_NE(bad->body.find("not valid JSON"), std::string::npos) << bad->body;
