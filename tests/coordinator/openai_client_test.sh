@@ -9,7 +9,6 @@
 # Skips (exit 77) only when PyPI cannot be reached; any other failure fails.
 set -euo pipefail
 bin="$1"; venv="$2"
-pin=3.63.0
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 work="$(mktemp -d)"
@@ -17,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 
 . "$here/../pypi_venv.sh"
 
-pypi_venv openai_client_test "$venv" "$work/pip.log" "openai==$pin"
+pypi_venv openai_client_test "$venv" "$work/pip.log" "${OPENAI_CLIENT_PINS[@]}"
 status=0
 model="$("$root/scripts/fetch-smollm2.sh")" || status=$?
 if [ "$status" -ne 0 ]; then exit "$status"; fi  # 77: no PyPI
