@@ -609,6 +609,15 @@ json Answer::Whole(const Outcome& outcome) {
   return answer;
 }
 
+json Answer::Chunk(json choices) const {
+  json chunk =
+      Envelope(call_.endpoint == Endpoint::kChat ? "chat.completion.chunk"
+                                                 : "text_completion");
+  chunk["choices"] = std::move(choices);
+  if (call_.include_usage) chunk["usage"] = json();  // all but the last
+  return chunk;
+}
+
 std::vector<json> Answer::Chunks(const Delta& delta) {
   const bool first = !started_;
   Piece p = Take(delta);
@@ -617,11 +626,7 @@ std::vector<json> Answer::Chunks(const Delta& delta) {
     started_ = true;
     return {};
   }
-  json chunk =
-      Envelope(call_.endpoint == Endpoint::kChat ? "chat.completion.chunk"
-                                                 : "text_completion");
-  chunk["choices"] = json::array({Choice(p, nullptr)});
-  if (call_.include_usage) chunk["usage"] = json();
+  json chunk = Chunk(json::array({Choice(p, nullptr)}));
   started_ = true;
   return {std::move(chunk)};
 }
@@ -629,17 +634,10 @@ std::vector<json> Answer::Chunks(const Delta& delta) {
 std::vector<json> Answer::LastChunks(const Delta& delta,
                                      const Outcome& outcome) {
   std::vector<json> out = Chunks(delta);
-  const char* object = call_.endpoint == Endpoint::kChat
-                           ? "chat.completion.chunk"
-                           : "text_completion";
-  json last = Envelope(object);
-  last["choices"] =
-      json::array({Choice(Piece{}, FinishReason(call_, outcome))});
-  if (call_.include_usage) last["usage"] = json();
-  out.push_back(std::move(last));
+  out.push_back(
+      Chunk(json::array({Choice(Piece{}, FinishReason(call_, outcome))})));
   if (call_.include_usage) {
-    json usage = Envelope(object);
-    usage["choices"] = json::array();
+    json usage = Chunk(json::array());
     usage["usage"] = Usage(outcome);
     out.push_back(std::move(usage));
   }

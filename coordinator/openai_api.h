@@ -114,6 +114,8 @@ class Answer {
   nlohmann::json Logprobs(const Piece& piece);
   nlohmann::json Choice(const Piece& piece, const char* finish_reason);
   nlohmann::json Envelope(const char* object) const;
+  // A stream chunk with these choices (usage null when it is asked for).
+  nlohmann::json Chunk(nlohmann::json choices) const;
   nlohmann::json Usage(const Outcome& outcome) const;
 
   const Call& call_;
