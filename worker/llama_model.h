@@ -109,6 +109,26 @@ struct ForwardTrace {
 // costs at most 7 rows of work.
 int64_t DecodeGraphBucket(int64_t batch, int64_t max_batch);
 
+// The K blocks G of a row-parallel layer with input width `k`, the same at
+// every TP degree (TP = 1 included): each block's dot products are summed
+// in binary32, then the blocks and the ranks in TreeSum order, so TP degree
+// T gets TP = 1's bits when G / T is a power of two. G is the model's odd
+// block factor (1 for a model that splits in two; for SmolLM2's 9 heads,
+// 3) times the largest power of two up to 8 that keeps K divisible, then
+// halved while blocks are not a multiple of `min_width` elements wide, as
+// long as every degree the model allows that was exact stays exact.
+// SmolLM2: o_proj (K = 576) 24, down (1536) 24; with min_width 16, 12 and
+// 24.
+int64_t GlobalBlocks(const ModelConfig& c, int64_t k, int64_t min_width = 1);
+
+// The block width CUDA asks of GlobalBlocks: cuBLASLt's FP8 GEMMs take K
+// (and row strides) only in multiples of 16 codes; a narrower block sends
+// the layer to octet's slow fallback kernel. The CPU asks for none (1):
+// changing a CPU model's blocks changes its sums' order, and FP8 with
+// per-token scales amplifies that (SmolLM2's fp8-channel-token perplexity
+// moves by up to 2% with the o_proj block count; docs/measurements.md).
+inline constexpr int64_t kCublasLtBlockWidth = 16;
+
 // What the decode graphs have done (tests, benchmarks).
 struct GraphStats {
   int64_t warmups = 0;        // a bucket's first decode: run as usual
@@ -164,6 +184,8 @@ class LlamaModel {
   // tools).
   enum class Projection { kQkv, kO, kGateUp, kDown };
   const LinearWeight& projection(int64_t layer, Projection which) const;
+  // The vocabulary projection (a view of the embedding table when tied).
+  const LinearWeight& lm_head() const { return lm_head_; }
 
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;

@@ -40,19 +40,6 @@ int64_t OddBlockFactor(const ModelConfig& c) {
   return 1;
 }
 
-// The K blocks of a row-parallel layer, the same at every TP degree: the
-// odd factor times the largest power of two up to kMaxRowParallelBlocks
-// that keeps K divisible (powers of two alone when K is not divisible by
-// the odd factor). A TP degree T for which G / T is not a whole power of
-// two gets no block sums (ChooseRowParallelBlocks), and its sums then
-// depend on the TP degree.
-int64_t GlobalBlocks(const ModelConfig& c, int64_t k) {
-  const int64_t odd = OddBlockFactor(c);
-  int64_t blocks = kMaxRowParallelBlocks * (k % odd == 0 ? odd : 1);
-  while (k % blocks != 0) blocks /= 2;
-  return blocks;
-}
-
 // Whether `size` ranks can hold equal runs of `global` blocks whose sums
 // add up to one rank's: one rank holds them all; more need power-of-two
 // runs.
@@ -60,6 +47,30 @@ bool SplitsIntoPowerOfTwoRuns(int64_t global, int64_t size) {
   return size == 1 || (global % size == 0 &&
                        std::has_single_bit(static_cast<uint64_t>(global / size)));
 }
+
+}  // namespace
+
+int64_t GlobalBlocks(const ModelConfig& c, int64_t k, int64_t min_width) {
+  const int64_t odd = OddBlockFactor(c);
+  int64_t blocks = kMaxRowParallelBlocks * (k % odd == 0 ? odd : 1);
+  while (k % blocks != 0) blocks /= 2;
+  // The largest degree the model allows that gets TP = 1's bits from these
+  // blocks: fewer blocks must still hold a power-of-two run for it.
+  int64_t exact = 1;
+  for (int t = 2; t <= blocks; ++t) {
+    if (CheckTensorParallelSplit(c, t).ok() &&
+        SplitsIntoPowerOfTwoRuns(blocks, t)) {
+      exact = t;
+    }
+  }
+  while ((k / blocks) % min_width != 0 && blocks % 2 == 0 &&
+         blocks / 2 >= exact) {
+    blocks /= 2;
+  }
+  return blocks;
+}
+
+namespace {
 
 // This rank's slices of one layer's projections (all of them for one rank).
 struct LayerSlices {
@@ -181,7 +192,8 @@ void LlamaModel::ChooseRowParallelBlocks() {
   const ModelConfig& c = config_;
   for (auto [blocks, k] : {std::pair{&o_blocks_, c.num_heads * c.head_dim},
                            std::pair{&down_blocks_, c.intermediate_size}}) {
-    blocks->global = GlobalBlocks(c, k);
+    blocks->global = GlobalBlocks(
+        c, k, backend_.kind() == DeviceKind::kCuda ? kCublasLtBlockWidth : 1);
     // A TP degree that does not cut the blocks into power-of-two runs: this
     // rank's K as one block, summed in binary32 still, but as the TP degree
     // cuts it.

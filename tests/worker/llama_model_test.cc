@@ -17,6 +17,9 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
@@ -292,6 +295,51 @@ TEST(LlamaModel, Fp8LmHeadNeedsTheFp8Method) {
 // for so that every TP degree computes TP = 1's bits: a column slice (a
 // fused q/k/v, rows of each part) and a row-parallel slice (input columns);
 // a whole weight's full shape is its own.
+// Row-parallel K blocks: as many as keep every TP degree a model allows
+// exact; for CUDA no narrower than cuBLASLt's FP8 GEMMs take (16 codes)
+// where fewer blocks keep those degrees exact. The CPU keeps the widest
+// count (its sums, and so its numbers, as before).
+TEST(LlamaModel, RowParallelBlocksKeepTheDegreesAndCublasLtsWidth) {
+  ModelConfig smollm2;  // SmolLM2-135M: 9 heads of 64, 3 KV heads
+  smollm2.hidden_size = 576;
+  smollm2.num_heads = 9;
+  smollm2.num_kv_heads = 3;
+  smollm2.head_dim = 64;
+  smollm2.intermediate_size = 1536;
+  smollm2.vocab_size = 49152;
+  struct Case {
+    std::string name;
+    ModelConfig config;
+    int64_t o_blocks, down_blocks;  // for CUDA
+    int64_t cpu_o_blocks, cpu_down_blocks;
+  };
+  // SmolLM2: TP = 3 holds runs of 4 and 8 blocks of 48 and 64 codes.
+  std::vector<Case> cases = {{"SmolLM2-135M", smollm2, 12, 24, 24, 24}};
+  // tiny: K = 64 and 160, degrees 1, 2, 4; tiny-smollm: K = 96 and 192,
+  // degree 3; tiny-mistral: K = 96 and 192, degrees 1, 2 exact (6 is
+  // allowed but was never exact with power-of-two blocks).
+  for (const auto& [preset, o, down, cpu_o, cpu_down] :
+       {std::tuple{"tiny", 4, 4, 8, 8}, {"tiny-smollm", 6, 12, 24, 24},
+        {"tiny-mistral", 2, 4, 8, 8}, {"mistral-7b", 8, 8, 8, 8},
+        {"llama-1b", 8, 8, 8, 8}}) {
+    auto c = SyntheticPreset(preset);
+    OCTET_ASSERT_OK(c);
+    cases.push_back({preset, *c, o, down, cpu_o, cpu_down});
+  }
+  for (const Case& t : cases) {
+    const ModelConfig& c = t.config;
+    const int64_t k_o = c.num_heads * c.head_dim;
+    EXPECT_EQ(GlobalBlocks(c, k_o, kCublasLtBlockWidth), t.o_blocks)
+        << t.name << " o_proj";
+    EXPECT_EQ(GlobalBlocks(c, c.intermediate_size, kCublasLtBlockWidth),
+              t.down_blocks)
+        << t.name << " down_proj";
+    EXPECT_EQ(GlobalBlocks(c, k_o), t.cpu_o_blocks) << t.name << " o_proj";
+    EXPECT_EQ(GlobalBlocks(c, c.intermediate_size), t.cpu_down_blocks)
+        << t.name << " down_proj";
+  }
+}
+
 TEST(LlamaModel, SlicedWeightsKnowTheWholeLayersShape) {
   const std::string dir = MakeCheckpoint("tiny", DType::kBf16, 7);
   auto ckpt = Checkpoint::Open(dir);
