@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/dtype.h"
+#include "kernels/device_clock.h"
 #include "kernels/sampling.h"
 
 namespace octet {
@@ -173,6 +174,9 @@ class Backend {
   virtual absl::Status CopyToHost(void* host_dst, const void* src,
                                   size_t bytes) = 0;
   virtual absl::Status Synchronize() = 0;
+  // A clock on the device's timeline for profiles (kernels/device_clock.h);
+  // by default the host's, marking after Synchronize().
+  virtual absl::StatusOr<std::unique_ptr<DeviceClock>> NewClock();
 
   // out[i] = table[ids[i] - row_begin] for ids in [row_begin, row_begin +
   // rows), zero otherwise (a vocabulary-parallel shard holds `rows` rows).
@@ -361,6 +365,10 @@ inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
                                        void*, DType) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
+}
+
+inline absl::StatusOr<std::unique_ptr<DeviceClock>> Backend::NewClock() {
+  return std::make_unique<HostClock>([this] { return Synchronize(); });
 }
 
 inline absl::Status Backend::BeginCapture() {

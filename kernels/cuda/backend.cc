@@ -4,7 +4,8 @@
 // (gemm.h: planned for TP = 1's shapes, block sums for row-parallel
 // layers), the quantizer (quantize.h), the forward's kernels (ops.h;
 // attention cut by attention_plan.h for the model's whole head counts) or
-// the sampler (sampling.h). Small host copies go through two pinned
+// the sampler (sampling.h); profiles time them with events
+// (CudaEventClock). Small host copies go through two pinned
 // halves; captures are CUDA stream captures, launched as graphs; scratch
 // that a capture may name is kept until the backend ends.
 #include "kernels/cuda/backend.h"
@@ -28,6 +29,44 @@
 
 namespace octet {
 namespace {
+
+// Marks as events on one stream: each event records when the stream's work
+// before it finished; Read waits for the last and takes the elapsed times.
+class CudaEventClock : public DeviceClock {
+ public:
+  CudaEventClock(int device, cudaStream_t stream)
+      : device_(device), stream_(stream) {}
+  ~CudaEventClock() override {
+    if (!BindCudaDevice(device_).ok()) return;
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  absl::Status Mark() override {
+    OCTET_RETURN_IF_ERROR(BindCudaDevice(device_));
+    cudaEvent_t e = nullptr;
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    events_.push_back(e);
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, stream_));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<double>> Read() override {
+    std::vector<double> ms;
+    if (events_.empty()) return ms;
+    OCTET_RETURN_IF_ERROR(BindCudaDevice(device_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_.back()));
+    for (cudaEvent_t e : events_) {
+      float t = 0.0f;
+      OCTET_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&t, events_[0], e));
+      ms.push_back(t);
+    }
+    return ms;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+};
 
 class CudaBackend : public Backend {
  public:
@@ -131,6 +170,12 @@ class CudaBackend : public Backend {
     OCTET_RETURN_IF_ERROR(NotCapturing("Synchronize"));
     OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceClock>> NewClock() override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("NewClock"));
+    return std::make_unique<CudaEventClock>(device_, stream_);
   }
 
   absl::Status Embedding(const void* table, DType table_dtype, int64_t rows,

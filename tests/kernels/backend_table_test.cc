@@ -364,6 +364,36 @@ absl::StatusOr<Output> RunAdd(Backend& b, const Env&) {
   return o;
 }
 
+// A clock (profiles): no marks read as none; three marks around 32 Adds of
+// a million activations and nothing read as 0, a positive time, and one no
+// earlier (an error otherwise; the times themselves differ by device).
+absl::StatusOr<Output> RunClock(Backend& b, const Env&) {
+  const int64_t count = 1 << 20;
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                         UploadAct(b, std::vector<float>(count, 1.0f)));
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<DeviceClock> unused, b.NewClock());
+  OCTET_ASSIGN_OR_RETURN(const std::vector<double> none, unused->Read());
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<DeviceClock> clock, b.NewClock());
+  OCTET_RETURN_IF_ERROR(clock->Mark());
+  for (int i = 0; i < 32; ++i) {
+    OCTET_RETURN_IF_ERROR(b.Add(x.data(), x.data(), count));
+  }
+  OCTET_RETURN_IF_ERROR(clock->Mark());
+  OCTET_RETURN_IF_ERROR(clock->Mark());
+  OCTET_ASSIGN_OR_RETURN(const std::vector<double> ms, clock->Read());
+  if (!none.empty() || ms.size() != 3 || ms[0] != 0.0 || !(ms[1] > 0.0) ||
+      !(ms[2] >= ms[1])) {
+    return absl::InternalError(absl::StrCat(
+        "a clock without marks read ", none.size(), " times; three marks read ",
+        ms.size(), " times: ", ms.empty() ? -1.0 : ms[0], ", ",
+        ms.size() > 1 ? ms[1] : -1.0, ", ", ms.size() > 2 ? ms[2] : -1.0,
+        " (want 0, > 0, >= that)"));
+  }
+  Output o;
+  o.fields = {Bits("marks", std::vector<uint32_t>{3})};
+  return o;
+}
+
 // Capture: an Add captured, its input refilled after the capture, then
 // replayed twice: x = x0 + 2·y1 (small integers, exact in bfloat16). While
 // capturing, host work is refused. A backend that cannot capture must say
@@ -1334,6 +1364,7 @@ const std::vector<Case>& Cases() {
        [](Backend& b, const Env&) {
          return RunFused(b, FusedInput::Op::kSiluMul, true);
        }},
+      {"Clock", {"NewClock", "Add"}, kExact, RunClock},
       {"CaptureReplay",
        {"can_capture", "BeginCapture", "EndCapture", "Add", "CopyToDevice",
         "CopyToHost", "cuda_stream"},
