@@ -31,7 +31,10 @@
 #               path (cuBLASLt or the fallback) ran each cell
 #   decode      bench_decode on mistral-7b, batch 1, 8, 32:       110
 #               FP8 against BF16 (none), steps interleaved,
-#               the models loaded once
+#               the models loaded once; --profile: each batch
+#               size's step profile (CUDA events around every
+#               operation: ms and share per part, the gap to the
+#               graph-replayed step)
 #   serving     bench_serving on llama-1b, TP=1 on the GPU:        90
 #               16 requests (Poisson, 4/s), 128 prompt + 32
 #               output tokens, FP8 against none in ABBA rounds
@@ -173,7 +176,7 @@ finish() {
     fi
     if [ -s "$out/decode.txt" ]; then
       echo; echo "== decode (decode.txt)"
-      grep -E '^bench_decode:|^wrote|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup' "$out/decode.txt"
+      grep -E '^bench_decode:|^wrote|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup|^profile' "$out/decode.txt"
     fi
     if [ -s "$out/serving.txt" ]; then
       echo; echo "== serving (serving.txt)"
@@ -593,9 +596,10 @@ else
     record decode FAILED "$started" "not run: out of time"
   else
     limited "$budget" "$out/decode.txt" "$bin/bench_decode" --model "$work/$decode_model" \
-      --device="$bench_device" --steps=32 --prompt_tokens=16 --batch=1,8,32
+      --device="$bench_device" --steps=32 --prompt_tokens=16 --batch=1,8,32 \
+      --profile --profile_steps=4
     rc=$?
-    grep -E '^bench_decode|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup' "$out/decode.txt"
+    grep -E '^bench_decode|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup|^profile' "$out/decode.txt"
     if [ "$rc" -eq 0 ] && [ "$decode_model" != "$decode_preset" ]; then
       record decode FAILED "$started" "make-model $decode_preset failed; measured on $decode_model instead"
     elif [ "$rc" -eq 0 ]; then

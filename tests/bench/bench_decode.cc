@@ -19,11 +19,20 @@
 // in FP8 too (ModelOptions::quantize_lm_head), its steps interleaved with
 // the other two.
 //
+// --profile adds, per batch size, where a step's time goes: after the timed
+// steps, --profile_steps eager steps of each model with a clock mark around
+// every backend operation (worker/step_profile.h: CUDA events on the GPU),
+// printed as one table of ms, share of the timed step and calls per part
+// (each projection, quantization, norms, RoPE, KV write, attention,
+// sampling, host copies ...), their sum, and the gap between the timed
+// (graph-replayed) step and that sum: launch and idle time.
+//
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
 //                [--prompt_tokens 16] [--batch 1,8,32] [--graph_max_batch 64]
-//                [--quantize_lm_head]
+//                [--quantize_lm_head] [--profile [--profile_steps 4]]
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -37,6 +46,7 @@
 #include "model/checkpoint.h"
 #include "worker/backends.h"
 #include "worker/llama_model.h"
+#include "worker/step_profile.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
@@ -48,6 +58,10 @@ ABSL_FLAG(std::string, batch, "1",
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "also measure FP8 with an FP8 lm_head (fp8+head)");
+ABSL_FLAG(bool, profile, false,
+          "after each batch size, profile eager steps: time per part of "
+          "the step");
+ABSL_FLAG(int32_t, profile_steps, 4, "eager steps each profile averages");
 ABSL_FLAG(int32_t, graph_max_batch, 64,
           "decode batches up to this size replay captured graphs on a "
           "backend that can capture (CUDA); 0: never");
@@ -113,7 +127,10 @@ int Main(int argc, char** argv) {
   const std::string dir = absl::GetFlag(FLAGS_model);
   const int steps = absl::GetFlag(FLAGS_steps),
             prompt = absl::GetFlag(FLAGS_prompt_tokens),
-            threads = absl::GetFlag(FLAGS_threads);
+            threads = absl::GetFlag(FLAGS_threads),
+            profile_steps =
+                absl::GetFlag(FLAGS_profile) ? absl::GetFlag(FLAGS_profile_steps)
+                                             : 0;
   std::vector<int> batches;
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_batch), ',')) {
@@ -125,20 +142,30 @@ int Main(int argc, char** argv) {
     batches.push_back(b);
   }
   if (dir.empty() || steps < 1 || prompt < 1 || batches.empty() ||
-      threads < 0) {
+      threads < 0 || profile_steps < 0 ||
+      (absl::GetFlag(FLAGS_profile) && profile_steps < 1)) {
     std::fprintf(stderr,
-                 "bench_decode: needs --model DIR, positive --steps and "
-                 "--prompt_tokens, and --batch sizes in [1, 4096]\n");
+                 "bench_decode: needs --model DIR, positive --steps, "
+                 "--prompt_tokens and --profile_steps, and --batch sizes in "
+                 "[1, 4096]\n");
     return 2;
   }
   const CpuKernelOptions cpu{.isa = CpuIsa::kAuto, .num_threads = threads};
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       NewBackend(absl::GetFlag(FLAGS_device), cpu);
   if (!backend.ok()) return Fail(backend.status());
+  // With --profile the models run on a ProfilingBackend, which passes every
+  // operation through untimed until a profile starts.
+  std::unique_ptr<ProfilingBackend> profiler;
+  Backend* model_backend = backend->get();
+  if (profile_steps > 0) {
+    profiler = std::make_unique<ProfilingBackend>(**backend);
+    model_backend = profiler.get();
+  }
   absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return Fail(ckpt.status());
   const ModelConfig& c = (*ckpt)->config();
-  const int64_t tokens = prompt + steps + 1;
+  const int64_t tokens = prompt + steps + profile_steps + 1;
   if (tokens > c.max_position_embeddings) {
     return Fail(
         absl::InvalidArgumentError("prompt + steps exceed the context"));
@@ -156,8 +183,9 @@ int Main(int argc, char** argv) {
     o.graph_max_batch = absl::GetFlag(FLAGS_graph_max_batch);
     const auto t0 = Clock::now();
     absl::StatusOr<std::unique_ptr<LlamaModel>> m =
-        LlamaModel::Load(**ckpt, **backend, o);
+        LlamaModel::Load(**ckpt, *model_backend, o);
     if (!m.ok()) return Fail(m.status());
+    if (profiler != nullptr) profiler->NameProjections(**m);
     load_s[i] = SecondsSince(t0);
     runners[i].model = *std::move(m);
   }
@@ -220,6 +248,23 @@ int Main(int argc, char** argv) {
     for (size_t i = 1; i < runners.size(); ++i) {
       std::printf("%s decode speedup over none: %.2fx (batch %d)\n",
                   runners[i].name, got.ms[0] / got.ms[i], batch);
+    }
+    if (profiler != nullptr) {
+      std::vector<std::string> names;
+      std::vector<StepProfile> profiles;
+      for (Runner& r : runners) {
+        absl::Status s = profiler->Start();
+        for (int k = 0; s.ok() && k < profile_steps; ++k) s = step(r, 1);
+        absl::StatusOr<StepProfile> p = profiler->Stop();
+        if (!s.ok() || !p.ok()) return Fail(s.ok() ? p.status() : s);
+        names.push_back(r.name);
+        profiles.push_back(p->PerStep(profile_steps));
+      }
+      std::printf(
+          "profile of batch %d: %d eager steps each, a clock mark around "
+          "every operation; shares of the timed step\n%s",
+          batch, profile_steps,
+          StepProfileTable(names, profiles, got.ms).c_str());
     }
     std::fflush(stdout);
   }
