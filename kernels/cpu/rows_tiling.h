@@ -118,7 +118,9 @@ void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
 // ps) runs K elements [k0, k1)), so each lane adds the same products in the
 // same order as without chunks: the bits do not change. With one group of
 // rows there is nothing to reuse, and K is one chunk; so it is without
-// `partial` (null: no memory for it).
+// `partial` (null: no memory for it), and when K fits one chunk. In one
+// chunk a tile runs every K block in turn before the next tile (as
+// RowsDriver); with several, each block is a pass of its own.
 template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
 void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        int64_t ldb, int64_t k, int64_t n_begin, int64_t n_end,
