@@ -109,6 +109,26 @@ inline float ReduceAdd(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+// ReduceAdd of four vectors at once, each with ReduceAdd's own additions in
+// its order (so the same bits), in 8 shuffles and 5 adds rather than ~36
+// operations: the sums of a, b, c, d in lanes 0, 4, 8, 12. Narrow K blocks
+// (row-parallel block sums) reduce a tile's accumulators once per block,
+// where this is a large part of the work.
+inline __m512 ReduceAdd4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // 256-bit halves: quarters [a0+a2, a1+a3, b0+b2, b1+b3] (q: 4 lanes).
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                                  _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44),
+                                  _mm512_shuffle_f32x4(c, d, 0xEE));
+  // 128-bit halves: one quarter per input, [s4a, s4b, s4c, s4d].
+  const __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                                  _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  // Lane j of each quarter + lane j + 2 (movehl), then lane 0 + lane 1
+  // (movehdup).
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, 0x4E));
+  return _mm512_add_ps(s2, _mm512_permute_ps(s2, 0xB1));
+}
+
 // A tile's accumulators at the start of a K chunk: zero, or where the last
 // chunk left them.
 template <int NB, int MB>
@@ -126,6 +146,21 @@ inline void LoadPartial(const PartialSums& ps, __m512 (&acc)[NB][MB]) {
 template <int NB, int MB>
 inline void StorePartial(const PartialSums& ps, __m512 (&acc)[NB][MB], float* c,
                          int64_t ldc) {
+  if constexpr (NB * MB % 4 == 0) {
+    if (ps.last) {  // four accumulators' sums at a time
+      OCTET_UNROLL for (int i = 0; i < NB * MB; i += 4) {
+        alignas(64) float sums[16];
+        _mm512_store_ps(
+            sums, ReduceAdd4(acc[i / MB][i % MB], acc[(i + 1) / MB][(i + 1) % MB],
+                             acc[(i + 2) / MB][(i + 2) % MB],
+                             acc[(i + 3) / MB][(i + 3) % MB]));
+        OCTET_UNROLL for (int j = 0; j < 4; ++j) {
+          c[((i + j) % MB) * ldc + (i + j) / MB] = sums[4 * j];
+        }
+      }
+      return;
+    }
+  }
   OCTET_UNROLL for (int r = 0; r < NB; ++r) {
     OCTET_UNROLL for (int m = 0; m < MB; ++m) {
       if (ps.last) {
