@@ -177,13 +177,11 @@ inline void StorePartial(const PartialSums& ps, __m512 (&acc)[NB][MB], float* c,
 // over K elements [k0, k1) (ChunkedRowsDriver, rows_tiling.h).
 template <int NB, int MB>
 struct E4m3Tile {
-  static void Run(const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb,
-                  int64_t k, int64_t k0, int64_t k1, int64_t col, int64_t row0,
-                  float* c, int64_t ldc, const PartialSums& ps) {
-    const Bf16* a = static_cast<const Bf16*>(a_ptr) + row0 * lda;
-    const E4m3Decoder dec;
-    __m512 acc[NB][MB];
-    LoadPartial<NB, MB>(ps, acc);
+  // acc += the products of K elements [k0, k1) of weight rows [col, col +
+  // NB) with the MB activation rows at a.
+  static void Accumulate(const E4m3Decoder& dec, const Bf16* a, int64_t lda,
+                         const uint8_t* b, int64_t ldb, int64_t k, int64_t k0,
+                         int64_t k1, int64_t col, __m512 (&acc)[NB][MB]) {
     for (int64_t i = k0; i < k1; i += 64) {
       const __mmask64 mask = Mask64(k - i);
       __m512i w0[NB], w1[NB];
@@ -222,7 +220,38 @@ struct E4m3Tile {
         }
       }
     }
+  }
+
+  static void Run(const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb,
+                  int64_t k, int64_t k0, int64_t k1, int64_t col, int64_t row0,
+                  float* c, int64_t ldc, const PartialSums& ps) {
+    const E4m3Decoder dec;
+    __m512 acc[NB][MB];
+    LoadPartial<NB, MB>(ps, acc);
+    Accumulate(dec, static_cast<const Bf16*>(a_ptr) + row0 * lda, lda, b, ldb,
+               k, k0, k1, col, acc);
     StorePartial<NB, MB>(ps, acc, c + row0 * ldc + col, ldc);
+  }
+
+  // Run over the whole K of every block (rows_tiling.h's KBlocks) in turn,
+  // each exactly as Run would compute it, with one decoder set up for all:
+  // narrow blocks (24 codes in SmolLM2's o_proj) are short runs, where the
+  // set-up and the calls are much of the work.
+  static void RunBlocks(const void* a_ptr, int64_t lda, const uint8_t* b,
+                        int64_t ldb, int64_t k, int64_t col, int64_t row0,
+                        float* c, int64_t ldc, const KBlocks& blocks) {
+    const E4m3Decoder dec;
+    const PartialSums whole{nullptr, 0, true, true};
+    for (int64_t j = 0; j < blocks.count; ++j) {
+      __m512 acc[NB][MB];
+      LoadPartial<NB, MB>(whole, acc);
+      const Bf16* a = reinterpret_cast<const Bf16*>(
+                          static_cast<const char*>(a_ptr) + j * blocks.a_bytes) +
+                      row0 * lda;
+      Accumulate(dec, a, lda, b + j * blocks.b_bytes, ldb, k, 0, k, col, acc);
+      StorePartial<NB, MB>(whole, acc,
+                           c + j * blocks.c_floats + row0 * ldc + col, ldc);
+    }
   }
 };
 

@@ -108,6 +108,34 @@ void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
   Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc, ps);
 }
 
+// Tile<NB, MB> over the whole K of every block (one chunk): the tile's own
+// RunBlocks(a, lda, b, ldb, k, col, row0, c, ldc, blocks) where it has one
+// (one set-up for all the blocks), else Run once per block.
+template <int NB, int MB, template <int, int> class Tile, typename W>
+void RunTileBlocks(int64_t mb, const void* a, int64_t lda, const W* b,
+                   int64_t ldb, int64_t k, int64_t col, int64_t row0, float* c,
+                   int64_t ldc, const KBlocks& blocks) {
+  if constexpr (MB > 1) {
+    if (mb < MB) {
+      RunTileBlocks<NB, MB - 1, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
+                                      blocks);
+      return;
+    }
+  }
+  if constexpr (requires { &Tile<NB, MB>::RunBlocks; }) {
+    Tile<NB, MB>::RunBlocks(a, lda, b, ldb, k, col, row0, c, ldc, blocks);
+  } else {
+    const PartialSums whole{nullptr, 0, true, true};
+    for (int64_t j = 0; j < blocks.count; ++j) {
+      Tile<NB, MB>::Run(
+          static_cast<const char*>(a) + j * blocks.a_bytes, lda,
+          reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
+                                     j * blocks.b_bytes),
+          ldb, k, 0, k, col, row0, c + j * blocks.c_floats, ldc, whole);
+    }
+  }
+}
+
 // As RowsDriver, for compute-bound GEMMs: within a column block and a group
 // of kMaxMb activation rows, K is walked in chunks of kKChunk, every tile of
 // the block finishing a chunk before the next. A group's chunk of
@@ -145,23 +173,18 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
     // tile, so that its weight rows are read front to back, not a block's
     // slice of every row per pass (narrow blocks: 24 codes of SmolLM2's
     // o_proj rows).
-    const PartialSums whole{nullptr, ld, true, true};
     for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
       const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
       for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
         const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
         int64_t col = c0;
         for (; col + kNb <= c1; col += kNb) {
-          for (int64_t j = 0; j < blocks.count; ++j) {
-            RunChunkTile<kNb, kMaxMb, Tile>(mb, aj(j), lda, bj(j), ldb, k, 0,
-                                            k, col, row0, cj(j), ldc, whole);
-          }
+          RunTileBlocks<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c,
+                                           ldc, blocks);
         }
         for (; col < c1; ++col) {
-          for (int64_t j = 0; j < blocks.count; ++j) {
-            RunChunkTile<1, kMaxMb, Tile>(mb, aj(j), lda, bj(j), ldb, k, 0, k,
-                                          col, row0, cj(j), ldc, whole);
-          }
+          RunTileBlocks<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c,
+                                         ldc, blocks);
         }
       }
     }
