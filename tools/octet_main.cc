@@ -22,7 +22,7 @@
 //                [--threads N] [--activation_codes]
 //   octet perplexity --model DIR --text FILE [--window N]
 //                    [--quantization auto|none|fp8] [--device auto|cpu|cuda]
-//                    [--threads N] [--print_logprobs]
+//                    [--threads N] [--print_logprobs] [--quantize_lm_head]
 //   octet perplexity --server HOST:PORT --model DIR --text FILE --window N
 //   octet perplexity --tp N --model DIR --text FILE [...]   (a coordinator
 //                    of N ranks started for the run)
@@ -99,7 +99,7 @@ ABSL_FLAG(std::string, quantization, "auto",
           "says), none (the checkpoint's dtype) or fp8 (e4m3, per-tensor "
           "scales; an unquantized checkpoint is quantized at load)");
 ABSL_FLAG(bool, quantize_lm_head, false,
-          "generate: when serving FP8, the lm_head in FP8 too (one "
+          "generate, perplexity: with FP8, the lm_head in FP8 too (one "
           "scale per vocabulary row; CPU only)");
 ABSL_FLAG(std::string, text, "",
           "tokenize: the text to encode; perplexity: the file to score");
@@ -535,7 +535,8 @@ int Perplexity() {
       .model = {.path = absl::GetFlag(FLAGS_model),
                 .quantization = absl::GetFlag(FLAGS_quantization),
                 .device = absl::GetFlag(FLAGS_device),
-                .threads = absl::GetFlag(FLAGS_threads)},
+                .threads = absl::GetFlag(FLAGS_threads),
+                .quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head)},
       .text_file = absl::GetFlag(FLAGS_text),
       .window = absl::GetFlag(FLAGS_window),
       .print_logprobs = absl::GetFlag(FLAGS_print_logprobs),
@@ -548,6 +549,11 @@ int Perplexity() {
   if (tp < 1 || tp > 64 || (tp > 1 && !command.server.empty())) {
     return UsageError("--tp: 1 to 64, and not with --server");
   }
+  if (command.model.quantize_lm_head && !command.server.empty()) {
+    return UsageError(
+        "--quantize_lm_head: a server's lm_head is its own flag's, not with "
+        "--server");
+  }
   std::unique_ptr<LocalCoordinator> local;
   if (tp > 1) {
     absl::StatusOr<ModelConfig> config =
@@ -559,7 +565,9 @@ int Perplexity() {
             {"--model=" + command.model.path, absl::StrCat("--tp=", tp),
              "--quantization=" + command.model.quantization,
              "--device=" + command.model.device,
-             absl::StrCat("--threads=", command.model.threads)},
+             absl::StrCat("--threads=", command.model.threads),
+             command.model.quantize_lm_head ? "--quantize_lm_head=true"
+                                            : "--quantize_lm_head=false"},
             absl::Minutes(10));
     if (!started.ok()) return Failed(started.status());
     local = *std::move(started);
@@ -830,7 +838,8 @@ int Main(int argc, char** argv) {
       "[--quantization auto|none|fp8]\n"
       "      prints each prompt's last-token logits as JSON (one forward)\n"
       "  octet perplexity --model DIR --text FILE [--window N] "
-      "[--quantization auto|none|fp8] [--tp N | --server HOST:PORT]\n"
+      "[--quantization auto|none|fp8] [--quantize_lm_head] "
+      "[--tp N | --server HOST:PORT]\n"
       "      scores a text teacher-forced: mean NLL and perplexity as JSON\n"
       "  octet gguf --model FILE.gguf [--tensor NAME --out FILE]\n"
       "      what a GGUF file holds and how octet reads it; one tensor "

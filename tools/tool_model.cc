@@ -40,6 +40,14 @@ absl::StatusOr<ToolModel> LoadToolModel(
   OCTET_ASSIGN_OR_RETURN(m.method,
                          ResolveQuantization(f.quantization, m.config, f.path));
   m.scheme = QuantizationScheme(m.config, m.method);
+  if (f.quantize_lm_head) {
+    if (m.method != "fp8") {
+      return absl::InvalidArgumentError(
+          "--quantize_lm_head needs FP8 (--quantization fp8, or auto on an "
+          "FP8 checkpoint)");
+    }
+    m.scheme += "+lm_head";
+  }
   if (f.tokenizer) {
     OCTET_ASSIGN_OR_RETURN(m.tokenizer,
                            ReadCheckpointTokenizer(f.path, m.config));
@@ -48,6 +56,7 @@ absl::StatusOr<ToolModel> LoadToolModel(
   options.method =
       m.method == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
   options.cpu = {.isa = CpuIsa::kAuto, .num_threads = f.threads};
+  options.quantize_lm_head = f.quantize_lm_head;
   OCTET_ASSIGN_OR_RETURN(m.backend, NewBackend(f.device, options.cpu));
   OCTET_ASSIGN_OR_RETURN(m.model,
                          LlamaModel::Load(*ckpt, *m.backend, options));

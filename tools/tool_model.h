@@ -24,6 +24,8 @@ struct ToolModelFlags {
   std::string device = "auto";        // auto, cpu or cuda
   int32_t threads = 0;                // CPU threads; 0 = one per core
   bool tokenizer = false;             // load the checkpoint's tokenizer too
+  // The lm_head in FP8 too (ModelOptions::quantize_lm_head): FP8 only.
+  bool quantize_lm_head = false;
 };
 
 // InvalidArgument naming the flag when one is not a value the commands take.
@@ -33,7 +35,9 @@ absl::Status CheckToolModelFlags(const ToolModelFlags& flags);
 struct ToolModel {
   ModelConfig config;
   std::string method;  // "none" or "fp8"
-  std::string scheme;  // QuantizationScheme: "none", "fp8-tensor" ...
+  // QuantizationScheme: "none", "fp8-tensor" ..., with "+lm_head" when the
+  // lm_head is FP8 too.
+  std::string scheme;
   // With ToolModelFlags::tokenizer; null when the checkpoint has none.
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend;

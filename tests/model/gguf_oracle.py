@@ -20,7 +20,9 @@ library for the format) and transformers (which loads GGUF files itself).
 4. Perplexity: `octet perplexity` on tests/data/declaration.txt (2048
    SmolLM2 tokens, windows of 1024) against transformers on the same ids and
    windows (unquantized: within 0.3%), and, for octet's FP8 schemes
-   (fp8-tensor, and fp8-channel-token through `octet quantize`), against a
+   (fp8-tensor, fp8-tensor with the lm_head in FP8 too (--quantize_lm_head:
+   per-row weight scales, a scale per sequence), and fp8-channel-token
+   through `octet quantize`), against a
    PyTorch simulation of octet's FP8 contract written here (torch's
    float8_e4m3fn). Both are within 0.5% here, but FP8 perplexity is chaotic
    in the summation order (a flipped code moves a product by a whole e4m3
@@ -345,11 +347,15 @@ class Fp8Linear:
         return y.reshape(*x.shape[:-1], -1)
 
 
-def simulate_fp8(model, per_channel, per_token):
-    """A copy of model whose decoder projections run Fp8Linear (lm_head and
-    embeddings stay as they are, as octet serves them)."""
+def simulate_fp8(model, per_channel, per_token, lm_head=False):
+    """A copy of model whose decoder projections run Fp8Linear (embeddings
+    stay as they are, as octet serves them; the lm_head too unless
+    `lm_head`: then per-row weight scales and one activation scale per
+    forward's sequence, as --quantize_lm_head)."""
     import copy
     sim = copy.deepcopy(model)
+    if lm_head:
+        sim.lm_head.forward = Fp8Linear(sim.lm_head, True, False)
     fused = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
              ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",))]
     for layer in sim.model.layers:
@@ -377,9 +383,11 @@ def hf_logprobs(model, ids):
     return out
 
 
-def octet_perplexity(octet, model, quantization="auto"):
+def octet_perplexity(octet, model, quantization="auto", lm_head=False):
     out = run([octet, "perplexity", "--model", model, "--text", PPL_TEXT, "--window",
-               str(PPL_WINDOW), "--quantization", quantization], f"perplexity of {model}")
+               str(PPL_WINDOW), "--quantization", quantization,
+               f"--quantize_lm_head={'true' if lm_head else 'false'}"],
+              f"perplexity of {model}")
     return json.loads(out)
 
 
@@ -393,13 +401,17 @@ def check_perplexity(octet, smollm2, model, work):
     want["none"] = ppl(hf_logprobs(model, ids))
     want["fp8-tensor"] = ppl(hf_logprobs(simulate_fp8(model, False, False), ids))
     want["fp8-channel-token"] = ppl(hf_logprobs(simulate_fp8(model, True, True), ids))
+    want["fp8-tensor+lm_head"] = ppl(hf_logprobs(simulate_fp8(model, False, False, True),
+                                                 ids))
     channel_dir = os.path.join(work, "smollm2-fp8-channel-token")
     run([octet, "quantize", "--in", smollm2, "--out", channel_dir, "--scheme",
          "fp8-channel-token"], "quantize SmolLM2")
     got = {"none": octet_perplexity(octet, smollm2, "none"),
            "fp8-tensor": octet_perplexity(octet, smollm2, "fp8"),
-           "fp8-channel-token": octet_perplexity(octet, channel_dir)}
-    bounds = {"none": 0.003, "fp8-tensor": 0.01, "fp8-channel-token": 0.01}
+           "fp8-channel-token": octet_perplexity(octet, channel_dir),
+           "fp8-tensor+lm_head": octet_perplexity(octet, smollm2, "fp8", True)}
+    bounds = {"none": 0.003, "fp8-tensor": 0.01, "fp8-channel-token": 0.01,
+              "fp8-tensor+lm_head": 0.01}
     failed = []
     for scheme, result in got.items():
         if result["tokens"] != len(ids) or result["quantization_scheme"] != scheme:
@@ -411,7 +423,7 @@ def check_perplexity(octet, smollm2, model, work):
               f"{result['scored']} of {result['tokens']} tokens scored")
         if err > bounds[scheme]:
             failed.append(f"{scheme}: {err:.3%} from the reference")
-    for scheme in ("fp8-tensor", "fp8-channel-token"):
+    for scheme in ("fp8-tensor", "fp8-channel-token", "fp8-tensor+lm_head"):
         print(f"gguf_oracle: perplexity {scheme} / unquantized: octet "
               f"{got[scheme]['perplexity'] / got['none']['perplexity']:.4f}, "
               f"reference {want[scheme] / want['none']:.4f}")
