@@ -27,8 +27,10 @@
 #               95% equal (compare_codes.py, python3)
 #   gemm        bench_gemm --backend=cuda on Mistral-7B's four     90
 #               shapes, M = 1..2048: BF16, FP8, FP8 with
-#               quantization, quantization alone, which GEMM
-#               path (cuBLASLt or the fallback) ran each cell
+#               quantization, quantization alone, FP8 with K in
+#               8 blocks (--k_blocks: the row-parallel layers'
+#               TP-invariant sums), which GEMM path (cuBLASLt
+#               or the fallback) ran each cell
 #   decode      bench_decode on mistral-7b, batch 1, 8, 32:       110
 #               FP8 against BF16 (none), steps interleaved,
 #               the models loaded once; --profile: each batch
@@ -561,7 +563,9 @@ else
     gemm_args=(--backend=cpu '--shapes=256x256,96x160' '--m=1,8' --min_time_ms=5 --rotate_mib=0)
   fi
   budget=$(limit_before $((budget_decode + budget_serving)))
-  limited "$budget" "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --csv_out="$out/bench_gemm.csv"
+  # --k_blocks=8: each cell also times the FP8 GEMM as Mistral-7B's
+  # row-parallel layers sum it at TP = 1 (K in 8 blocks, TreeSum order).
+  limited "$budget" "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --k_blocks=8 --csv_out="$out/bench_gemm.csv"
   rc=$?
   cat "$out/bench_gemm.txt"
   cells=$(($(wc -l < "$out/bench_gemm.csv" 2> /dev/null || echo 1) - 1))

@@ -9,6 +9,12 @@
 //   fp8_ms        the e4m3 GEMM on activations already quantized
 //   fp8_quant_ms  dynamic activation quantization (absmax, scale, codes) of
 //                 the activation-dtype input, then the e4m3 GEMM
+//   fp8blk_ms     with --k_blocks G: the e4m3 GEMM as octet's row-parallel
+//                 layers run it (o_proj, down_proj; docs/design.md, "TP
+//                 invariance"): K in G blocks summed apart, then added in
+//                 TreeSum order, unscaled binary32 (GemmE4m3BlockSums on the
+//                 CPU, CublasLtGemm::BlockSums on the GPU), and its time
+//                 over fp8_ms: what TP-invariant sums cost
 // and prints both speedups over BF16, the fp8_quant column's achieved GB/s
 // (weights + input activations + output, the bytes that must move) and
 // TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
@@ -89,6 +95,9 @@ ABSL_FLAG(std::string, cpu_isa, "auto",
 ABSL_FLAG(int64_t, rotate_mib, 1024,
           "rotate each dtype's weights over copies totalling at least this "
           "many MiB (0: one copy, cache-warm numbers)");
+ABSL_FLAG(int32_t, k_blocks, 0,
+          "also time the FP8 GEMM with K in this many blocks, as octet's "
+          "row-parallel layers sum it (8 for Mistral-7B at TP = 1); 0: not");
 ABSL_FLAG(std::string, format, "table", "table or csv");
 ABSL_FLAG(std::string, csv_out, "",
           "also write the rows as CSV (the --format=csv columns) to this "
@@ -108,10 +117,13 @@ constexpr char kFallbackPath[] = "fallback";
 struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
+  double fp8_blocks_ms = 0;  // with --k_blocks
   double bytes = 0;  // compulsory traffic of the fp8_quant call
   std::string bf16_path = {}, fp8_path = {};  // fp8's covers fp8_quant
+  std::string blocks_path = {};
   bool Fallback() const {
-    return bf16_path == kFallbackPath || fp8_path == kFallbackPath;
+    return bf16_path == kFallbackPath || fp8_path == kFallbackPath ||
+           blocks_path == kFallbackPath;
   }
 };
 
@@ -125,6 +137,7 @@ struct Config {
   int threads;
   CpuIsa cpu_isa;
   int64_t rotate_bytes;
+  int64_t k_blocks;  // 0: no fp8blk column
   bool csv;
   std::string csv_out;
 };
@@ -199,6 +212,17 @@ absl::StatusOr<Config> ParseFlags() {
     return absl::InvalidArgumentError("--rotate_mib: must be in [0, 1048576]");
   }
   c.rotate_bytes = rotate_mib << 20;
+  c.k_blocks = absl::GetFlag(FLAGS_k_blocks);
+  if (c.k_blocks < 0 || c.k_blocks > 64) {
+    return absl::InvalidArgumentError("--k_blocks: must be in [0, 64]");
+  }
+  for (const Shape& s : c.shapes) {
+    if (c.k_blocks > 0 && s.k % c.k_blocks != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--k_blocks: K = ", s.k, " of shape ", s.n, "x", s.k,
+                       " does not split into ", c.k_blocks, " blocks"));
+    }
+  }
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "table" && format != "csv") {
     return absl::InvalidArgumentError(
@@ -403,12 +427,21 @@ class CpuBackend : public Backend {
                       w_fp8_[next_fp8++ % w_fp8_.size()].data(), w_scale_, m, n,
                       k, y.data(), DType::kF32, options_);
     };
-    absl::StatusOr<std::vector<double>> t =
-        TimeCpuMs({bf16, fp8, fp8_quant}, c_);
+    AlignedVector<float> sums(c_.k_blocks > 0 ? m * n : 0);
+    auto fp8_blocks = [&](int) {
+      return GemmE4m3BlockSums(xq.data(),
+                               w_fp8_[next_fp8++ % w_fp8_.size()].data(), m, n,
+                               k, c_.k_blocks, sums.data(), options_);
+    };
+    std::vector<std::function<absl::Status(int)>> calls = {bf16, fp8,
+                                                           fp8_quant};
+    if (c_.k_blocks > 0) calls.push_back(fp8_blocks);
+    absl::StatusOr<std::vector<double>> t = TimeCpuMs(calls, c_);
     if (!t.ok()) return t.status();
     row.bf16_ms = (*t)[0];
     row.fp8_ms = (*t)[1];
     row.fp8_quant_ms = (*t)[2];
+    if (c_.k_blocks > 0) row.fp8_blocks_ms = (*t)[3];
     // The quantization alone, on its own, input in cache (as it is in a
     // forward pass, right after the op that produced it).
     auto quant = [&](int) {
@@ -422,6 +455,7 @@ class CpuBackend : public Backend {
     row.bytes = double(n) * k + double(m) * k * sizeof(float) +
                 double(m) * n * sizeof(float);
     row.bf16_path = row.fp8_path = "cpu";
+    if (c_.k_blocks > 0) row.blocks_path = "cpu";
     return row;
   }
 
@@ -530,10 +564,11 @@ class CudaBackend : public Backend {
   absl::StatusOr<Row> Measure(int64_t m) override {
     const int64_t n = shape_.n, k = shape_.k;
     const AlignedVector<Bf16> x16 = MakeActivations(m, k).bf16;
-    DeviceMem dx, dxq, dxs, dy;
+    DeviceMem dx, dxq, dxs, dy, dsums;
     absl::Status st;
     if (!(st = dx.Alloc(2 * m * k)).ok() || !(st = dxq.Alloc(m * k)).ok() ||
-        !(st = dxs.Alloc(4)).ok() || !(st = dy.Alloc(2 * m * n)).ok()) {
+        !(st = dxs.Alloc(4)).ok() || !(st = dy.Alloc(2 * m * n)).ok() ||
+        !(st = dsums.Alloc(4 * m * n)).ok()) {
       return st;
     }
     OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
@@ -580,6 +615,16 @@ class CudaBackend : public Backend {
     if (path() != row.fp8_path) row.fp8_path = kFallbackPath;
     if (!(t = TimeMs(quant)).ok()) return t.status();
     row.quant_us = *t * 1e3;
+    if (c_.k_blocks > 0) {
+      auto fp8_blocks = [&](int i) {
+        return gemm_->BlockSums(dxq.p, w_fp8_[i % w_fp8_.size()].p,
+                                DType::kE4m3, m, n, k, c_.k_blocks, k,
+                                dsums.as<float>(), stream_);
+      };
+      if (!(t = TimeMs(fp8_blocks)).ok()) return t.status();
+      row.fp8_blocks_ms = *t;
+      row.blocks_path = path();
+    }
     row.bytes = double(n) * k + double(m) * k * 2 + double(m) * n * 2;
     return row;
   }
@@ -674,7 +719,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
 constexpr char kCsvHeader[] =
     "backend,shape,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,quant_us,speedup_fp8,"
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
-    "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant\n";
+    "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
+    "fp8_blocks_ms,blocks_path\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -690,19 +736,19 @@ double PctOfPeak(double tflops, double peak) {
 }
 
 std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
-                    double peak) {
+                    double peak, int64_t k_blocks) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
   const double tflops = Tflops(r, r.fp8_quant_ms);
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
-      PctOfPeak(tflops, peak));
+      PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path);
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -724,19 +770,25 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
   const double x_fp8 = r.bf16_ms / r.fp8_ms,
                x_fp8q = r.bf16_ms / r.fp8_quant_ms;
   if (c.csv) {
-    absl::PrintF("%s", CsvLine(backend, r, bw_gbps, peak));
+    absl::PrintF("%s", CsvLine(backend, r, bw_gbps, peak, c.k_blocks));
   } else {
     absl::PrintF(
-        "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s %s\n",
+        "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s %s%s\n",
         r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
         TimeCell(r.fp8_ms, r.fp8_path), TimeCell(r.fp8_quant_ms, r.fp8_path),
         r.quant_us, x_fp8, x_fp8q, gbps, tflops, pct,
         PctCell(PctOfPeak(Tflops(r, r.bf16_ms), peak)),
-        PctCell(PctOfPeak(tflops, peak)));
+        PctCell(PctOfPeak(tflops, peak)),
+        c.k_blocks > 0
+            ? absl::StrFormat(" %s %7.2fx",
+                              TimeCell(r.fp8_blocks_ms, r.blocks_path),
+                              r.fp8_blocks_ms / r.fp8_ms)
+            : std::string());
   }
   std::fflush(stdout);
   if (csv_out != nullptr) {
-    absl::FPrintF(csv_out, "%s", CsvLine(backend, r, bw_gbps, peak));
+    absl::FPrintF(csv_out, "%s",
+                  CsvLine(backend, r, bw_gbps, peak, c.k_blocks));
     std::fflush(csv_out);
   }
 }
@@ -797,12 +849,21 @@ int Main(int argc, char** argv) {
         "are for fp8q (bytes = weights + activations in + output); "
         "%%pk_bf16, %%pk_fp8q = TFLOP/s of bf16 and fp8q as a share of the "
         "dot-product peak (- : not measured); * = the fallback kernel ran "
-        "it, not cuBLASLt\n\n",
-        b.Notes(), c.rotate_bytes >> 20, b.Timing());
+        "it, not cuBLASLt%s\n\n",
+        b.Notes(), c.rotate_bytes >> 20, b.Timing(),
+        c.k_blocks > 0
+            ? absl::StrFormat(
+                  ";\nfp8blk = the FP8 GEMM with K in %d blocks summed apart "
+                  "(row-parallel layers' TP-invariant sums, unscaled); "
+                  "blk/fp8 = its time over fp8_ms",
+                  c.k_blocks)
+            : std::string());
     absl::PrintF(
-        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s\n", "M",
-        "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8", "x_fp8q",
-        "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q");
+        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s\n",
+        "M", "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
+        "x_fp8q", "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q",
+        c.k_blocks > 0 ? absl::StrFormat(" %10s  %8s", "fp8blk_ms", "blk/fp8")
+                       : std::string());
   }
   std::vector<int64_t> skipped;
   int fallback_cells = 0;
