@@ -27,9 +27,14 @@
 // sampling, host copies ...), their sum, and the gap between the timed
 // (graph-replayed) step and that sum: launch and idle time.
 //
+// --prefill_reps N adds, per batch size, the prefill's speed: N prefills of
+// --prompt_tokens tokens per sequence for each model, on fresh caches,
+// alternating between the models; the median ms and tokens/s.
+//
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
 //                [--prompt_tokens 16] [--batch 1,8,32] [--graph_max_batch 64]
 //                [--quantize_lm_head] [--profile [--profile_steps 4]]
+//                [--prefill_reps 0]
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -42,6 +47,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
 #include "worker/backends.h"
@@ -62,6 +68,9 @@ ABSL_FLAG(bool, profile, false,
           "after each batch size, profile eager steps: time per part of "
           "the step");
 ABSL_FLAG(int32_t, profile_steps, 4, "eager steps each profile averages");
+ABSL_FLAG(int32_t, prefill_reps, 0,
+          "also time this many prefills of --prompt_tokens per model and "
+          "batch size (0: none)");
 ABSL_FLAG(int32_t, graph_max_batch, 64,
           "decode batches up to this size replay captured graphs on a "
           "backend that can capture (CUDA); 0: never");
@@ -120,6 +129,39 @@ absl::Status NewCache(Runner& r, int batch, int64_t tokens) {
   return absl::OkStatus();
 }
 
+// `reps` prefills of `prompt` tokens for each of `batch` sequences per
+// runner, each on a fresh cache, the runners alternating; prints each one's
+// median ms and tokens/s, and each over the first's.
+template <typename Prefill>
+absl::Status TimePrefills(std::vector<Runner>& runners, int reps,
+                          int64_t prompt, int batch, int64_t tokens,
+                          Prefill prefill) {
+  std::vector<std::vector<double>> ms(runners.size());
+  for (int i = 0; i < reps; ++i) {
+    for (size_t j = 0; j < runners.size(); ++j) {
+      absl::Status s = NewCache(runners[j], batch, tokens);
+      if (!s.ok()) return s;
+      const auto t0 = Clock::now();
+      s = prefill(runners[j]);
+      if (!s.ok()) return s;
+      ms[j].push_back(SecondsSince(t0) * 1e3);
+    }
+  }
+  for (size_t j = 0; j < runners.size(); ++j) {
+    const double med = Median(ms[j]);
+    std::printf(
+        "%-5s prefill median %.2f ms (%lld tokens x %d sequences) = %.1f "
+        "tokens/s%s\n",
+        runners[j].name, med, static_cast<long long>(prompt), batch,
+        prompt * batch * 1e3 / med,
+        j == 0 ? ""
+               : absl::StrCat(", ", absl::StrFormat("%.2f", Median(ms[0]) / med),
+                              "x none")
+                     .c_str());
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "decode speed, unquantized vs FP8, side by side");
@@ -142,7 +184,7 @@ int Main(int argc, char** argv) {
     batches.push_back(b);
   }
   if (dir.empty() || steps < 1 || prompt < 1 || batches.empty() ||
-      threads < 0 || profile_steps < 0 ||
+      threads < 0 || profile_steps < 0 || absl::GetFlag(FLAGS_prefill_reps) < 0 ||
       (absl::GetFlag(FLAGS_profile) && profile_steps < 1)) {
     std::fprintf(stderr,
                  "bench_decode: needs --model DIR, positive --steps, "
@@ -220,8 +262,16 @@ int Main(int argc, char** argv) {
     return s;
   };
   std::vector<Result> results;
+  const int prefill_reps = absl::GetFlag(FLAGS_prefill_reps);
   for (const int b : batches) {
     batch = b;
+    if (prefill_reps > 0) {
+      absl::Status s = TimePrefills(runners, prefill_reps, prompt, batch,
+                                    tokens, [&](Runner& r) {
+                                      return step(r, prompt);
+                                    });
+      if (!s.ok()) return Fail(s);
+    }
     for (Runner& r : runners) {
       absl::Status s = NewCache(r, batch, tokens);
       if (s.ok()) s = step(r, prompt);  // prefill
