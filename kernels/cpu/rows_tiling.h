@@ -60,36 +60,26 @@ void RunBlocks(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
   }
 }
 
-// The walk of both drivers: output columns [n_begin, n_end) in column
-// blocks of `block` weight rows, within one the activation rows kMaxMb at a
-// time, and for those the columns kNb at a time, then one at a time:
-// tile.template operator()<NB>(mb, col, row0) for each.
-template <int kNb, int kMaxMb, typename TileFn>
-void ForEachTile(int64_t m, int64_t n_begin, int64_t n_end, int64_t block,
-                 TileFn tile) {
+template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
+void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
+                int64_t k, int64_t n_begin, int64_t n_end, float* c,
+                int64_t ldc, const KBlocks& blocks, int64_t b_row_bytes) {
+  const int64_t block = ColumnBlockRows<kNb>(b_row_bytes);
   for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
     const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
     for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
       const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
       int64_t col = c0;
       for (; col + kNb <= c1; col += kNb) {
-        tile.template operator()<kNb>(mb, col, row0);
+        RunBlocks<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
+                                     blocks);
       }
-      for (; col < c1; ++col) tile.template operator()<1>(mb, col, row0);
+      for (; col < c1; ++col) {
+        RunBlocks<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
+                                   blocks);
+      }
     }
   }
-}
-
-template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
-void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
-                int64_t k, int64_t n_begin, int64_t n_end, float* c,
-                int64_t ldc, const KBlocks& blocks, int64_t b_row_bytes) {
-  ForEachTile<kNb, kMaxMb>(
-      m, n_begin, n_end, ColumnBlockRows<kNb>(b_row_bytes),
-      [&]<int NB>(int64_t mb, int64_t col, int64_t row0) {
-        RunBlocks<NB, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
-                                    blocks);
-      });
 }
 
 // K is cut into chunks of this many elements (a multiple of every level's
@@ -165,20 +155,8 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        float* c, int64_t ldc, const KBlocks& blocks,
                        int64_t b_row_bytes, float* partial) {
   const int64_t block = ColumnBlockRows<kNb>(b_row_bytes);
-  if (m <= kMaxMb || partial == nullptr || k <= kKChunk) {  // one chunk
-    // As RowsDriver: a tile runs every K block in turn before the next
-    // tile, so that its weight rows are read front to back, not a block's
-    // slice of every row per pass (narrow blocks: 24 codes of SmolLM2's
-    // o_proj rows).
-    ForEachTile<kNb, kMaxMb>(
-        m, n_begin, n_end, block,
-        [&]<int NB>(int64_t mb, int64_t col, int64_t row0) {
-          RunTileBlocks<NB, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c,
-                                          ldc, blocks);
-        });
-    return;
-  }
-  const int64_t chunk = kKChunk;
+  const bool one_chunk = m <= kMaxMb || partial == nullptr || k <= kKChunk;
+  const int64_t chunk = one_chunk ? (k > 0 ? k : 1) : kKChunk;
   const int64_t ld = kMaxMb * 16;  // partial floats per column
   // K block j's operands and sums.
   auto aj = [&](int64_t j) {
@@ -190,6 +168,28 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                                       j * blocks.b_bytes);
   };
   auto cj = [&](int64_t j) { return c + j * blocks.c_floats; };
+  if (one_chunk) {
+    // As RowsDriver: a tile runs every K block in turn before the next
+    // tile, so that its weight rows are read front to back, not a block's
+    // slice of every row per pass (narrow blocks: 24 codes of SmolLM2's
+    // o_proj rows).
+    for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
+      const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
+      for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
+        const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
+        int64_t col = c0;
+        for (; col + kNb <= c1; col += kNb) {
+          RunTileBlocks<kNb, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c,
+                                           ldc, blocks);
+        }
+        for (; col < c1; ++col) {
+          RunTileBlocks<1, kMaxMb, Tile>(mb, a, lda, b, ldb, k, col, row0, c,
+                                         ldc, blocks);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t j = 0; j < blocks.count; ++j) {
     for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
       const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
