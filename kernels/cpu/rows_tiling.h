@@ -155,20 +155,7 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        float* c, int64_t ldc, const KBlocks& blocks,
                        int64_t b_row_bytes, float* partial) {
   const int64_t block = ColumnBlockRows<kNb>(b_row_bytes);
-  const bool one_chunk = m <= kMaxMb || partial == nullptr || k <= kKChunk;
-  const int64_t chunk = one_chunk ? (k > 0 ? k : 1) : kKChunk;
-  const int64_t ld = kMaxMb * 16;  // partial floats per column
-  // K block j's operands and sums.
-  auto aj = [&](int64_t j) {
-    return static_cast<const void*>(static_cast<const char*>(a) +
-                                    j * blocks.a_bytes);
-  };
-  auto bj = [&](int64_t j) {
-    return reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
-                                      j * blocks.b_bytes);
-  };
-  auto cj = [&](int64_t j) { return c + j * blocks.c_floats; };
-  if (one_chunk) {
+  if (m <= kMaxMb || partial == nullptr || k <= kKChunk) {  // one chunk
     // As RowsDriver: a tile runs every K block in turn before the next
     // tile, so that its weight rows are read front to back, not a block's
     // slice of every row per pass (narrow blocks: 24 codes of SmolLM2's
@@ -190,23 +177,28 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
     }
     return;
   }
+  const int64_t ld = kMaxMb * 16;  // partial floats per column
   for (int64_t j = 0; j < blocks.count; ++j) {
+    const void* aj = static_cast<const char*>(a) + j * blocks.a_bytes;
+    const W* bj = reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
+                                             j * blocks.b_bytes);
+    float* cj = c + j * blocks.c_floats;
     for (int64_t c0 = n_begin; c0 < n_end; c0 += block) {
       const int64_t c1 = c0 + block < n_end ? c0 + block : n_end;
       for (int64_t row0 = 0; row0 < m; row0 += kMaxMb) {
         const int64_t mb = m - row0 < kMaxMb ? m - row0 : kMaxMb;
-        for (int64_t k0 = 0; k0 < k; k0 += chunk) {
-          const int64_t k1 = k0 + chunk < k ? k0 + chunk : k;
+        for (int64_t k0 = 0; k0 < k; k0 += kKChunk) {
+          const int64_t k1 = k0 + kKChunk < k ? k0 + kKChunk : k;
           const bool first = k0 == 0, last = k1 == k;
           int64_t col = c0;
           for (; col + kNb <= c1; col += kNb) {
             RunChunkTile<kNb, kMaxMb, Tile>(
-                mb, aj(j), lda, bj(j), ldb, k, k0, k1, col, row0, cj(j), ldc,
+                mb, aj, lda, bj, ldb, k, k0, k1, col, row0, cj, ldc,
                 {partial + (col - c0) * ld, ld, first, last});
           }
           for (; col < c1; ++col) {
             RunChunkTile<1, kMaxMb, Tile>(
-                mb, aj(j), lda, bj(j), ldb, k, k0, k1, col, row0, cj(j), ldc,
+                mb, aj, lda, bj, ldb, k, k0, k1, col, row0, cj, ldc,
                 {partial + (col - c0) * ld, ld, first, last});
           }
         }
