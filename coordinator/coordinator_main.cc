@@ -76,6 +76,10 @@ ABSL_FLAG(std::string, weight_scale, "global",
 ABSL_FLAG(bool, quantize_lm_head, false,
           "when serving FP8: the lm_head in FP8 too, one scale per "
           "vocabulary row (CPU workers only)");
+ABSL_FLAG(std::string, gemm_choices, "",
+          "when serving FP8 on GPUs: the file that keeps which way each "
+          "FP8 GEMM with per-sequence scales runs, measured at the first "
+          "load (default: octet-gemm-choices.json beside the model)");
 ABSL_FLAG(int32_t, port, 50051, "port of the public gRPC API");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, gpus, "",
@@ -652,6 +656,8 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
   g.load.set_global_weight_scale(o.global_weight_scale);
   g.load.set_quantize_lm_head(o.quantize_lm_head);
   g.load.set_transport(o.transport);
+  g.load.set_max_tokens_per_step(absl::GetFlag(FLAGS_max_tokens_per_step));
+  g.load.set_gemm_choices_file(absl::GetFlag(FLAGS_gemm_choices));
   g.load.set_device(o.device);
   g.load.set_kv_blocks(o.kv_tokens / o.block_size);
   g.load.set_kv_block_size(o.block_size);

@@ -28,6 +28,7 @@
 #include "absl/types/span.h"
 #include "base/dtype.h"
 #include "kernels/device_clock.h"
+#include "kernels/gemm_args.h"
 #include "kernels/sampling.h"
 
 namespace octet {
@@ -285,6 +286,26 @@ class Backend {
                                 const RowGroups& groups, int64_t rows,
                                 const LinearWeight& w, void* y) = 0;
 
+  // The ways GemmE4m3 with row groups (groups.count > 1) can run here, by
+  // name, when there is more than one to choose from (CUDA: cuBLASLt's
+  // outer-vector scales, or a binary32 product then a row-scaling pass;
+  // their speed depends on the shape and rows, their roundings differ
+  // slightly); no names: one way, nothing to choose. SetRowGroupGemmWay
+  // fixes the way (an index into the names) of every later call against a
+  // weight of w's layer shape (full_out x full_in, and its kind of weight
+  // scale) with rows in (RowBucket(rows) / 2, RowBucket(rows)];
+  // worker/gemm_choices.h measures the ways and chooses, alike on every
+  // rank.
+  struct GemmWays {
+    // What a measurement of them is of: the device's model and the GEMM
+    // library's version, not which device of the machine it is.
+    std::string device;
+    std::vector<std::string> names;
+  };
+  virtual GemmWays RowGroupGemmWays() const { return {}; }
+  virtual absl::Status SetRowGroupGemmWay(int64_t rows, const LinearWeight& w,
+                                          int way);
+
   // Row-parallel linear layers with sums that do not change with the
   // tensor-parallel degree (kernels/tree_sum.h). Optional: backends without
   // them answer false here and Unimplemented below.
@@ -353,6 +374,12 @@ inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     other.bytes_ = 0;
   }
   return *this;
+}
+
+inline absl::Status Backend::SetRowGroupGemmWay(int64_t, const LinearWeight&,
+                                                int) {
+  return absl::UnimplementedError(Describe() +
+                                  " runs row-group GEMMs one way only");
 }
 
 inline absl::Status Backend::GemmBlockSums(const void*, int64_t,

@@ -31,4 +31,13 @@ inline absl::Status CheckGemmArgs(const void* a, const void* b, int64_t m,
   return absl::OkStatus();
 }
 
+// The bucket of row counts that a choice of GEMM made for `rows` rows
+// covers: the next power of two (1 for rows <= 1), so a choice for R rows
+// holds for (R / 2, R] (Backend::SetRowGroupGemmWay).
+inline int64_t RowBucket(int64_t rows) {
+  int64_t bucket = 1;
+  while (bucket < rows) bucket *= 2;
+  return bucket;
+}
+
 }  // namespace octet

@@ -38,6 +38,7 @@
 #include "kernels/backend.h"
 #include "model/checkpoint.h"
 #include "parallel/communicator.h"
+#include "worker/gemm_choices.h"
 #include "worker/kv_cache.h"
 #include "worker/linear_loader.h"
 #include "worker/shard_plan.h"
@@ -74,6 +75,11 @@ struct ModelOptions {
   // layers' inputs are. Off by default: the unquantized head decides the
   // tokens. CPU backend only (binary32 logits from the e4m3 GEMM).
   bool quantize_lm_head = false;
+  // FP8 GEMMs with per-sequence scales, on a backend that runs them more
+  // than one way (CUDA): each layer shape's way per row bucket, measured
+  // and chosen alike on every rank, read from and kept in
+  // gemm_choices.file (worker/gemm_choices.h). Set up at the end of Load.
+  GemmChoiceOptions gemm_choices;
   // Called on the loading thread after each layer (layers done, layers in
   // all): load progress for a person watching.
   std::function<void(int64_t, int64_t)> on_layer_loaded;
@@ -281,6 +287,9 @@ class LlamaModel {
   // Records, per layer, whether every rank's FP8 o and down weights share
   // one scale (one all-gather at load).
   absl::Status CheckSharedWeightScales();
+  // ModelOptions::gemm_choices for the FP8 weights that GemmE4m3 runs with
+  // row groups (every layer's are the shapes of layer 0's).
+  absl::Status ChooseRowGroupGemmWays();
 
   // The forward pass; leaves the binary32 logits [logit rows][vocab] in
   // scratch_.logits on the device. Its steps follow, in order.

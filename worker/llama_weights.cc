@@ -184,7 +184,27 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     if (options.on_layer_loaded) options.on_layer_loaded(i + 1, c.num_layers);
   }
   OCTET_RETURN_IF_ERROR(m->CheckSharedWeightScales());
+  OCTET_RETURN_IF_ERROR(m->ChooseRowGroupGemmWays());
   return m;
+}
+
+absl::Status LlamaModel::ChooseRowGroupGemmWays() {
+  if (layers_.empty()) return absl::OkStatus();
+  const Layer& l = layers_[0];
+  std::vector<const LinearWeight*> weights;
+  const LinearWeight* head = &lm_head_;
+  for (const LinearWeight* w : {&l.qkv, &l.gate_up, &l.o, &l.down, head}) {
+    // Row-parallel layers with block sums scale after the sum (ScaleRows);
+    // a static input scale is one group.
+    const bool block_sums = (w == &l.o && o_blocks_.local > 0) ||
+                            (w == &l.down && down_blocks_.local > 0);
+    if (w->dtype == DType::kE4m3 && w->input_scale.data() == nullptr &&
+        !block_sums) {
+      weights.push_back(w);
+    }
+  }
+  return ChooseRowGroupGemms(backend_, options_.comm, weights,
+                             options_.gemm_choices);
 }
 
 void LlamaModel::ChooseRowParallelBlocks() {

@@ -149,6 +149,13 @@ class ProfilingBackend : public Backend {
   absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,
                         const RowGroups& groups, int64_t rows,
                         const LinearWeight& w, void* y) override;
+  GemmWays RowGroupGemmWays() const override {
+    return inner_.RowGroupGemmWays();
+  }
+  absl::Status SetRowGroupGemmWay(int64_t rows, const LinearWeight& w,
+                                  int way) override {
+    return inner_.SetRowGroupGemmWay(rows, w, way);
+  }
   absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
                              int64_t k_blocks, float* sums) override;
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,

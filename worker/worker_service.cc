@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -75,6 +77,9 @@ grpc::Status CheckLoadRequest(const rpc::LoadRequest& r) {
   if (r.cuda_device() < 0) return Invalid("load: cuda_device must be >= 0");
   if (r.collective_timeout_ms() < 0) {
     return Invalid("load: collective_timeout_ms must be >= 0");
+  }
+  if (r.max_tokens_per_step() < 0) {
+    return Invalid("load: max_tokens_per_step must be >= 0");
   }
   return grpc::Status::OK;
 }
@@ -241,6 +246,14 @@ absl::Status WorkerService::LoadRank(const rpc::LoadRequest& r,
   o.comm = result->comm.get();
   o.global_weight_scale = r.global_weight_scale();
   o.quantize_lm_head = r.quantize_lm_head();
+  o.gemm_choices = {
+      .file = r.gemm_choices_file().empty()
+                  ? DefaultGemmChoicePath(r.model_dir())
+                  : r.gemm_choices_file(),
+      .max_rows = r.max_tokens_per_step() > 0 ? r.max_tokens_per_step() : 2048,
+      .log = [&](const std::string& line) {
+        std::fprintf(stderr, "worker: rank %d: %s\n", r.rank(), line.c_str());
+      }};
   o.on_layer_loaded = [&](int64_t done, int64_t total) {
     report(done, total, "loading layers");
   };

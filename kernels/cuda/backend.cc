@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -326,6 +327,26 @@ class CudaBackend : public Backend {
     return gemm_->E4m3RowGroups(
         q, q_scale, groups.row_group, w.data.as<uint8_t>(), w.scale.as<float>(),
         rows, w.out, w.in, y, DType::kBf16, stream_, w.full_out);
+  }
+  GemmWays RowGroupGemmWays() const override {
+    GemmWays ways;
+    ways.device = absl::StrCat(DescribeCudaDevice(device_), ", ",
+                               CublasLtGemm::LibraryVersion());
+    for (int i = 0; i < CublasLtGemm::kRowScalings; ++i) {
+      ways.names.emplace_back(CublasLtGemm::RowScalingName(
+          static_cast<CublasLtGemm::RowScaling>(i)));
+    }
+    return ways;
+  }
+  absl::Status SetRowGroupGemmWay(int64_t rows, const LinearWeight& w,
+                                  int way) override {
+    if (way < 0 || way >= CublasLtGemm::kRowScalings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetRowGroupGemmWay: no way ", way));
+    }
+    gemm_->SetRowScaling(rows, w.full_out, w.out, w.in, w.scale_per_row,
+                         static_cast<CublasLtGemm::RowScaling>(way));
+    return absl::OkStatus();
   }
   // Block sums as one batched cuBLASLt GEMM planned for the whole layer's
   // K (gemm.h: BlockSums), so that TP = 1 and every TP degree that divides

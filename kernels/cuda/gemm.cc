@@ -246,6 +246,9 @@ struct CublasLtGemm::State {
   size_t blocks_floats = 0;
   std::vector<float*> retired;
   absl::Mutex mu;
+  // SetRowScaling's choices by (RowBucket(m), plan_n, k, b_per_column).
+  absl::flat_hash_map<std::tuple<int64_t, int64_t, int64_t, bool>, RowScaling>
+      row_scaling ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans ABSL_GUARDED_BY(mu);
   Path last_path ABSL_GUARDED_BY(mu) = Path::kNone;
   std::string last_fallback_reason ABSL_GUARDED_BY(mu);
@@ -584,6 +587,22 @@ absl::Status CublasLtGemm::E4m3ColumnScales(
                     plan_n, y, y_dtype, stream);
 }
 
+std::string CublasLtGemm::LibraryVersion() {
+  return absl::StrCat("cuBLASLt ", cublasLtGetVersion());
+}
+
+absl::string_view CublasLtGemm::RowScalingName(RowScaling way) {
+  return way == RowScaling::kTwoPass ? "two-pass" : "outer-vector";
+}
+
+void CublasLtGemm::SetRowScaling(int64_t m, int64_t plan_n, int64_t n,
+                                 int64_t k, bool b_per_column, RowScaling way) {
+  absl::MutexLock lock(&state_->mu);
+  state_
+      ->row_scaling[{RowBucket(m), plan_n > 0 ? plan_n : n, k, b_per_column}] =
+      way;
+}
+
 absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
                                       const int32_t* d_row_group,
                                       const uint8_t* qb, const float* d_scale_b,
@@ -602,10 +621,19 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
     return Run(true, m, n, k, 0, y_dtype, qa, qb, state_->one, state_->one, y,
                stream);
   }
+  RowScaling way = RowScaling::kOuterVector;
+  {
+    absl::MutexLock lock(&state_->mu);
+    const auto it = state_->row_scaling.find(
+        {RowBucket(m), plan_n > 0 ? plan_n : n, k, b_per_column});
+    if (it != state_->row_scaling.end()) way = it->second;
+  }
   bool done = false;
-  OCTET_RETURN_IF_ERROR(OuterVectorE4m3(qa, d_scale_a, d_row_group, qb,
-                                        d_scale_b, b_per_column, m, n, k,
-                                        plan_n, y, y_dtype, stream, &done));
+  if (way == RowScaling::kOuterVector) {
+    OCTET_RETURN_IF_ERROR(OuterVectorE4m3(qa, d_scale_a, d_row_group, qb,
+                                          d_scale_b, b_per_column, m, n, k,
+                                          plan_n, y, y_dtype, stream, &done));
+  }
   if (done) return absl::OkStatus();
   // Two passes: the unscaled product, then each row scaled.
   float* sums;

@@ -106,6 +106,25 @@ class CublasLtGemm {
                              int64_t k, void* y, DType y_dtype,
                              cudaStream_t stream, int64_t plan_n = 0);
 
+  // How E4m3RowGroups and E4m3ColumnScales apply per-row scales:
+  //   kOuterVector: one GEMM, the scales in cuBLASLt's epilogue as outer
+  //     vectors (where cuBLASLt takes them; two passes where it will not);
+  //   kTwoPass: the scalar-scaled GEMM into binary32, then
+  //     CudaScaleRowGroups scales each row and rounds once (the contract's
+  //     order, scale product first).
+  // Which is faster depends on the shape and M (an H200 ran Mistral-7B's
+  // decode at batch 8 in 6.97 ms/step with the first, 5.29 with the
+  // second), so it is measured, not guessed (worker/gemm_choices.h).
+  enum class RowScaling { kOuterVector, kTwoPass };
+  static constexpr int kRowScalings = 2;
+  static absl::string_view RowScalingName(RowScaling way);
+  // From now on, a call whose M is in (RowBucket(m) / 2, RowBucket(m)]
+  // (kernels/gemm_args.h) against the layer plan_n (0: n) x k, with a
+  // weight scale per column or not, scales its rows `way`. Unset:
+  // kOuterVector.
+  void SetRowScaling(int64_t m, int64_t plan_n, int64_t n, int64_t k,
+                     bool b_per_column, RowScaling way);
+
   // E4m3RowGroups with one weight scale per output column (per-channel
   // weights, compressed-tensors' "channel" strategy; d_scale_b device [n]):
   // y[r][c] = (qa_r · qb_c) · (d_scale_a[g] · d_scale_b[c]). d_row_group may
@@ -134,6 +153,9 @@ class CublasLtGemm {
   absl::Status BlockSums(const void* x, const void* w, DType in_dtype,
                          int64_t m, int64_t n, int64_t k, int64_t blocks,
                          int64_t plan_k, float* sums, cudaStream_t stream);
+
+  // "cuBLASLt <version>" of the library loaded.
+  static std::string LibraryVersion();
 
   // The path the most recent call took, and when it was the fallback, why.
   Path LastPath() const;

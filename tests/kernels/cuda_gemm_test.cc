@@ -204,10 +204,23 @@ TEST(CudaGemm, CachedPlanTakesEachCallsScales) {
   }
 }
 
-// Per-sequence activation scales in one cuBLASLt GEMM (outer-vector
-// scales): each group's rows are its own GEMM scaled by its scale times the
-// weight's, with no two-pass fallback said.
-TEST(CudaGemm, RowGroupsRunAsOneGemmScalingEachSequence) {
+// Per-sequence activation scales, each way CublasLtGemm has of applying
+// them (SetRowScaling; worker/gemm_choices.h chooses by measuring): one
+// cuBLASLt GEMM with outer-vector scales, or a binary32 product then a
+// row-scaling pass. Each group's rows are its own GEMM scaled by its scale
+// times the weight's, with no fallback said.
+class CudaRowScalingTest
+    : public ::testing::TestWithParam<CublasLtGemm::RowScaling> {};
+INSTANTIATE_TEST_SUITE_P(
+    Ways, CudaRowScalingTest,
+    ::testing::Values(CublasLtGemm::RowScaling::kOuterVector,
+                      CublasLtGemm::RowScaling::kTwoPass),
+    [](const auto& info) {
+      return info.param == CublasLtGemm::RowScaling::kTwoPass ? "TwoPass"
+                                                              : "OuterVector";
+    });
+
+TEST_P(CudaRowScalingTest, RowGroupsScaleEachSequence) {
   OCTET_REQUIRE_CUDA_DEVICE();
   std::vector<std::string> said;
   CublasLtGemm::Options options;
@@ -230,6 +243,7 @@ TEST(CudaGemm, RowGroupsRunAsOneGemmScalingEachSequence) {
   ASSERT_TRUE(CopyToDevice(group_scales, dsa.get()));
   ASSERT_TRUE(CopyToDevice(std::vector<float>{sb}, dsb.get()));
   ASSERT_TRUE(CopyToDevice(row_group, drows.get()));
+  (*gemm)->SetRowScaling(s.m, 0, s.n, s.k, false, GetParam());
   for (bool y_bf16 : {false, true}) {
     const absl::Status st = (*gemm)->E4m3RowGroups(
         da.get<uint8_t>(), dsa.get<float>(), drows.get<int32_t>(),

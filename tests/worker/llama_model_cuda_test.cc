@@ -217,6 +217,40 @@ TEST_P(CudaModelTest, BatchedDecodingMatchesOneAtATime) {
   }
 }
 
+// An FP8 model's row-group GEMMs (QKV and gate_up; the row-parallel
+// layers have block sums) timed both of CUDA's ways at load
+// (worker/gemm_choices.h), the choices kept in the file, and read back by
+// the next load without measuring.
+TEST_P(CudaModelTest, Fp8RowGroupGemmWaysAreMeasuredThenReadBack) {
+  const std::string file =
+      (fs::temp_directory_path() /
+       absl::StrCat("octet_cuda_choices_", ::getpid(), "_", GetParam()))
+          .string();
+  fs::remove(file);
+  std::vector<std::string> said;
+  ModelOptions o;
+  o.method = LinearMethod::kFp8;
+  o.gemm_choices.file = file;
+  o.gemm_choices.max_rows = 64;  // buckets 2 .. 64
+  o.gemm_choices.log = [&](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    said.push_back(line);
+  };
+  OCTET_ASSERT_OK(LlamaModel::Load(*ckpt_, *backend_, o).status());
+  auto kept = GemmChoiceFile::Read(file);
+  OCTET_ASSERT_OK(kept.status());
+  EXPECT_EQ(kept->choices().size(), 2u * 6);
+  for (const GemmChoice& c : kept->choices()) {
+    ASSERT_EQ(c.ms.size(), 2u);
+    for (const auto& [way, ms] : c.ms) EXPECT_GT(ms, 0.0) << way;
+  }
+  said.clear();
+  OCTET_ASSERT_OK(LlamaModel::Load(*ckpt_, *backend_, o).status());
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("(from " + file + ")"), std::string::npos) << said[0];
+  fs::remove(file);
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, CudaModelTest,
                          ::testing::Values("tiny", "tiny-mistral", "tiny-qwen2",
                                            "tiny-qwen3"),
