@@ -147,6 +147,50 @@ cleanup() {
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT TERM
 
+# The summary's last section: issue 25's measures in one table, each beside
+# its target, from bench_gemm.csv, decode.txt and serving.txt.
+numbers() {
+  echo; echo "== numbers (FP8 against BF16 in the same run; targets from issue 25)"
+  if [ -s "$out/bench_gemm.csv" ]; then
+    local median
+    median=$(awk -F, 'NR > 1 && $1 == "cuda" { print $6 / $8 }' "$out/bench_gemm.csv" |
+      sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+    awk -F, -v med="${median:-0}" 'NR > 1 && $1 == "cuda" {
+        n++; x = $6 / $8; q = $7 / $8
+        if (n == 1 || x < xmin) xmin = x; if (n == 1 || x > xmax) xmax = x
+        if (n == 1 || q < qmin) qmin = q; if (n == 1 || $9 > umax) umax = $9
+        below += (x < 1.4); far += (q < 0.9)
+        if ($27 > 0) { r = $27 / $7; rg++; ways[$28]++
+          if (rg == 1 || r < rmin) rmin = r; if (rg == 1 || r > rmax) rmax = r }
+      }
+      END {
+        if (n == 0) { print "gemm    no CUDA cells"; exit }
+        printf "gemm    fp8+quant / bf16: %.2f-%.2fx, median %.2fx; %d of %d cells below 1.4x (target >= 1.4x in every cell)\n", xmin, xmax, med, below, n
+        printf "gemm    fp8+quant / pre-quantized fp8: worst %.2fx; %d cells more than 10%% slower (target: none)\n", qmin, far
+        printf "gemm    quantization alone: at most %.1f us (target <= 5 us)\n", umax
+        if (rg > 0) {
+          printf "gemm    per-sequence scales, fastest way / fp8: %.2f-%.2fx; fastest:", rmin, rmax
+          for (w in ways) printf " %s %d", w, ways[w]; print " cells"
+        }
+      }' "$out/bench_gemm.csv"
+  fi
+  if [ -s "$out/decode.txt" ]; then
+    awk '/^batch [0-9]+:/ { b = $2; sub(":", "", b) }
+      /^none +median/ { none[b] = $3 } /^fp8 +median/ { fp8[b] = $3 }
+      /^fp8 decode speedup/ { x[b] = $6 }
+      /^roofline/ { r = $0; sub(/.*measured now\): /, "", r); roof[b] = r }
+      END {
+        for (b in none) printf "decode  batch %s: none %s ms, fp8 %s ms a step; fp8 tokens/s %s over none; roofline %s\n", b, none[b], fp8[b], x[b], roof[b]
+      }' "$out/decode.txt" | sort -k3,3n
+    echo "decode  targets: batch 1 none <= 3.9 ms, fp8 <= 2.2 ms and >= 1.75x; batch 8 and 32 fp8 >= 1.5x"
+  fi
+  if [ -s "$out/serving.txt" ]; then
+    grep -m 1 'speedup over none' "$out/serving.txt" |
+      sed 's/.*all rounds: /serving none \/ fp8 (TP=1): /'
+    echo "serving targets: none / fp8 ITL >= 1.43x (fp8 ITL <= 0.7x none's), TTFT >= 1.25x (<= 0.8x)"
+  fi
+}
+
 # Writes summary.txt, packs the results and exits with the verdict.
 finish() {
   local code=$1 line name result secs detail verdict
@@ -178,12 +222,13 @@ finish() {
     fi
     if [ -s "$out/decode.txt" ]; then
       echo; echo "== decode (decode.txt)"
-      grep -E '^bench_decode:|^wrote|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup|^profile' "$out/decode.txt"
+      grep -E '^bench_decode:|^wrote|^ *batch|^(none|fp8) +median|^ +[0-9]+ |speedup|^profile|^roofline' "$out/decode.txt"
     fi
     if [ -s "$out/serving.txt" ]; then
       echo; echo "== serving (serving.txt)"
       grep -E '^bench_serving:|^wrote|^ *round|^config|TP=[0-9]+ |speedup|per round' "$out/serving.txt"
     fi
+    numbers
   } > "$out/summary.txt" 2>&1
   local present=()
   for line in "${results[@]}"; do [ -f "$out/$line" ] && present+=("$line"); done
@@ -564,8 +609,10 @@ else
   fi
   budget=$(limit_before $((budget_decode + budget_serving)))
   # --k_blocks=8: each cell also times the FP8 GEMM as Mistral-7B's
-  # row-parallel layers sum it at TP = 1 (K in 8 blocks, TreeSum order).
-  limited "$budget" "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --k_blocks=8 --csv_out="$out/bench_gemm.csv"
+  # row-parallel layers sum it at TP = 1 (K in 8 blocks, TreeSum order);
+  # --row_groups=64: with per-sequence scales, each row its own sequence up
+  # to M = 64 (a decode batch), each way CublasLtGemm has.
+  limited "$budget" "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --k_blocks=8 --row_groups=64 --csv_out="$out/bench_gemm.csv"
   rc=$?
   cat "$out/bench_gemm.txt"
   cells=$(($(wc -l < "$out/bench_gemm.csv" 2> /dev/null || echo 1) - 1))

@@ -15,6 +15,12 @@
 // Loading a large model dominates the run (the mistral-7b preset is 14 GB,
 // loaded twice), so one process measures every batch size.
 //
+// Each batch size also prints the step's roofline: every weight read once
+// (LlamaModel::WeightBytes) at the device's read bandwidth, measured at the
+// start of the same run (tests/bench/membw.h), and the share of it each
+// model's step reaches (roofline ms over step ms; the KV cache's reads and
+// the activations are left out, so a share is an upper bound's fraction).
+//
 // --quantize_lm_head adds a third model, "fp8+head": FP8 with the lm_head
 // in FP8 too (ModelOptions::quantize_lm_head), its steps interleaved with
 // the other two.
@@ -37,8 +43,8 @@
 //                [--prefill_reps 0]
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,7 +55,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/options.h"
 #include "model/checkpoint.h"
+#include "tests/bench/membw.h"
 #include "worker/backends.h"
 #include "worker/llama_model.h"
 #include "worker/step_profile.h"
@@ -162,6 +170,34 @@ absl::Status TimePrefills(std::vector<Runner>& runners, int reps,
   return absl::OkStatus();
 }
 
+// The device's memory read bandwidth in GB/s, measured now.
+absl::StatusOr<double> ReadBandwidthGBps(const Backend& backend,
+                                         const CpuKernelOptions& cpu) {
+#if defined(OCTET_HAVE_CUDA)
+  if (backend.kind() == DeviceKind::kCuda) {
+    return bench::CudaReadBandwidthGBps(size_t{4} << 30, 5);
+  }
+#endif
+  (void)backend;
+  return bench::CpuReadBandwidthGBps(size_t{256} << 20,
+                                     cpu_internal::ThreadCount(cpu), 5);
+}
+
+// "roofline (...): none 3.37 ms = 65% reached, fp8 ..." for one batch size.
+void PrintRoofline(const std::vector<Runner>& runners,
+                   const std::vector<double>& ms, double gbps) {
+  std::printf(
+      "roofline (every weight read once per step at %.0f GB/s, "
+      "measured now):",
+      gbps);
+  for (size_t i = 0; i < runners.size(); ++i) {
+    const double roof_ms = runners[i].model->WeightBytes() / (gbps * 1e6);
+    std::printf("%s %s %.2f ms = %.0f%% reached", i == 0 ? "" : ",",
+                runners[i].name, roof_ms, 100.0 * roof_ms / ms[i]);
+  }
+  std::printf("\n");
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "decode speed, unquantized vs FP8, side by side");
@@ -239,6 +275,11 @@ int Main(int argc, char** argv) {
                  runners[i].model->WeightBytes() / double(1 << 30), load_s[i]);
   }
   std::fprintf(stderr, "\n");
+  const absl::StatusOr<double> gbps = ReadBandwidthGBps(**backend, cpu);
+  if (!gbps.ok()) {
+    std::fprintf(stderr, "bench_decode: no roofline: %s\n",
+                 std::string(gbps.status().message()).c_str());
+  }
   // Each step ends as serving's does: greedy tokens chosen on the device,
   // only their ids copied back.
   std::vector<SampledToken> sampled;
@@ -299,6 +340,7 @@ int Main(int argc, char** argv) {
       std::printf("%s decode speedup over none: %.2fx (batch %d)\n",
                   runners[i].name, got.ms[0] / got.ms[i], batch);
     }
+    if (gbps.ok()) PrintRoofline(runners, got.ms, *gbps);
     if (profiler != nullptr) {
       std::vector<std::string> names;
       std::vector<StepProfile> profiles;

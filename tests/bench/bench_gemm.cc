@@ -15,6 +15,13 @@
 //                 TreeSum order, unscaled binary32 (GemmE4m3BlockSums on the
 //                 CPU, CublasLtGemm::BlockSums on the GPU), and its time
 //                 over fp8_ms: what TP-invariant sums cost
+//   fp8rg_ms      with --row_groups G: the e4m3 GEMM with per-sequence
+//                 activation scales, the M rows in min(G, M) sequences, as
+//                 QKV and gate_up run in a batched step: on the GPU each way
+//                 CublasLtGemm applies them (outer-vector scales in one
+//                 GEMM, or a binary32 product then a row-scaling pass;
+//                 worker/gemm_choices.h picks one by timing them at load),
+//                 on the CPU its one way; and the fastest over fp8_ms
 // and prints both speedups over BF16, the fp8_quant column's achieved GB/s
 // (weights + input activations + output, the bytes that must move) and
 // TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
@@ -98,6 +105,10 @@ ABSL_FLAG(int64_t, rotate_mib, 1024,
 ABSL_FLAG(int32_t, k_blocks, 0,
           "also time the FP8 GEMM with K in this many blocks, as octet's "
           "row-parallel layers sum it (8 for Mistral-7B at TP = 1); 0: not");
+ABSL_FLAG(int32_t, row_groups, 0,
+          "with G > 0, also time the FP8 GEMM with per-sequence scales, the "
+          "M rows in min(G, M) sequences (G >= M: each row its own, as in a "
+          "decode), each way the backend has; 0: not");
 ABSL_FLAG(std::string, format, "table", "table or csv");
 ABSL_FLAG(std::string, csv_out, "",
           "also write the rows as CSV (the --format=csv columns) to this "
@@ -118,12 +129,18 @@ struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
   double fp8_blocks_ms = 0;  // with --k_blocks
+  // With --row_groups: each way's name, time and path.
+  std::vector<std::string> rg_ways = {};
+  std::vector<double> rg_ms = {};
+  std::vector<std::string> rg_paths = {};
   double bytes = 0;  // compulsory traffic of the fp8_quant call
   std::string bf16_path = {}, fp8_path = {};  // fp8's covers fp8_quant
   std::string blocks_path = {};
   bool Fallback() const {
     return bf16_path == kFallbackPath || fp8_path == kFallbackPath ||
-           blocks_path == kFallbackPath;
+           blocks_path == kFallbackPath ||
+           std::find(rg_paths.begin(), rg_paths.end(), kFallbackPath) !=
+               rg_paths.end();
   }
 };
 
@@ -138,6 +155,7 @@ struct Config {
   CpuIsa cpu_isa;
   int64_t rotate_bytes;
   int64_t k_blocks;  // 0: no fp8blk column
+  int64_t row_groups;  // 0: no fp8rg columns
   bool csv;
   std::string csv_out;
 };
@@ -223,6 +241,10 @@ absl::StatusOr<Config> ParseFlags() {
                        " does not split into ", c.k_blocks, " blocks"));
     }
   }
+  c.row_groups = absl::GetFlag(FLAGS_row_groups);
+  if (c.row_groups < 0 || c.row_groups > 65536) {
+    return absl::InvalidArgumentError("--row_groups: must be in [0, 65536]");
+  }
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "table" && format != "csv") {
     return absl::InvalidArgumentError(
@@ -270,6 +292,15 @@ HostTensor MakeActivations(int64_t m, int64_t k) {
   FillUniform(t.f32.data(), m * k, 2.0f, m * 7 + k);
   for (int64_t i = 0; i < m * k; ++i) t.bf16[i] = FloatToBf16(t.f32[i]);
   return t;
+}
+
+// The sequence of each of m rows cut into min(g, m) runs as even as
+// possible (RowGroups in kernels/backend.h).
+std::vector<int32_t> RowGroupOfRows(int64_t m, int64_t g) {
+  g = std::min(g, m);
+  std::vector<int32_t> group(m);
+  for (int64_t r = 0; r < m; ++r) group[r] = static_cast<int32_t>(r * g / m);
+  return group;
 }
 
 int64_t Copies(int64_t rotate_bytes, int64_t bytes_per_copy) {
@@ -342,6 +373,9 @@ class Backend {
   virtual absl::StatusOr<Row> Measure(int64_t m) = 0;
   virtual std::string Notes() const = 0;
   virtual std::string Timing() const = 0;
+  // The ways Measure times an FP8 GEMM with per-sequence scales
+  // (--row_groups), in Row::rg_ms order.
+  virtual std::vector<std::string> RowGroupWays() const = 0;
 };
 
 class CpuBackend : public Backend {
@@ -350,6 +384,7 @@ class CpuBackend : public Backend {
       : c_(c), options_{.isa = c.cpu_isa, .num_threads = c.threads} {}
 
   std::string Name() const override { return "cpu"; }
+  std::vector<std::string> RowGroupWays() const override { return {"cpu"}; }
   std::string Describe() const override {
     return absl::StrCat("cpu: ", CpuIsaName(ResolveCpuIsa(c_.cpu_isa)),
                         " kernels, ", cpu_internal::ThreadCount(options_),
@@ -433,15 +468,34 @@ class CpuBackend : public Backend {
                                w_fp8_[next_fp8++ % w_fp8_.size()].data(), m, n,
                                k, c_.k_blocks, sums.data(), options_);
     };
+    // Per-sequence scales: each row its sequence's (a spread of values).
+    const std::vector<int32_t> group =
+        RowGroupOfRows(m, std::max<int64_t>(c_.row_groups, 1));
+    std::vector<float> row_scale(m);
+    for (int64_t r = 0; r < m; ++r) {
+      row_scale[r] = xs->scale * (1.0f + 0.125f * float(group[r] % 8));
+    }
+    auto fp8_row_groups = [&](int) {
+      return GemmE4m3RowScales(xq.data(), row_scale.data(),
+                               w_fp8_[next_fp8++ % w_fp8_.size()].data(),
+                               w_scale_, m, n, k, y.data(), DType::kF32,
+                               options_);
+    };
     std::vector<std::function<absl::Status(int)>> calls = {bf16, fp8,
                                                            fp8_quant};
     if (c_.k_blocks > 0) calls.push_back(fp8_blocks);
+    if (c_.row_groups > 0) calls.push_back(fp8_row_groups);
     absl::StatusOr<std::vector<double>> t = TimeCpuMs(calls, c_);
     if (!t.ok()) return t.status();
     row.bf16_ms = (*t)[0];
     row.fp8_ms = (*t)[1];
     row.fp8_quant_ms = (*t)[2];
     if (c_.k_blocks > 0) row.fp8_blocks_ms = (*t)[3];
+    if (c_.row_groups > 0) {
+      row.rg_ways = {"cpu"};
+      row.rg_ms = {t->back()};
+      row.rg_paths = {"cpu"};
+    }
     // The quantization alone, on its own, input in cache (as it is in a
     // forward pass, right after the op that produced it).
     auto quant = [&](int) {
@@ -513,6 +567,14 @@ class CudaBackend : public Backend {
   }
 
   std::string Name() const override { return "cuda"; }
+  std::vector<std::string> RowGroupWays() const override {
+    std::vector<std::string> ways;
+    for (int w = 0; w < CublasLtGemm::kRowScalings; ++w) {
+      ways.emplace_back(CublasLtGemm::RowScalingName(
+          static_cast<CublasLtGemm::RowScaling>(w)));
+    }
+    return ways;
+  }
   std::string Describe() const override {
     return absl::StrCat("cuda: ", DescribeCudaDevice(0),
                         ", cuBLASLt, timed by CUDA graph replay");
@@ -625,11 +687,55 @@ class CudaBackend : public Backend {
       row.fp8_blocks_ms = *t;
       row.blocks_path = path();
     }
+    if (c_.row_groups > 0) {
+      absl::Status rg = MeasureRowGroups(m, dxq, &row);
+      if (!rg.ok()) return rg;
+    }
     row.bytes = double(n) * k + double(m) * k * 2 + double(m) * n * 2;
     return row;
   }
 
  private:
+  // The fp8rg columns: E4m3RowGroups with the rows in min(G, M) sequences,
+  // once with each RowScaling way.
+  absl::Status MeasureRowGroups(int64_t m, const DeviceMem& dxq, Row* row) {
+    const int64_t n = shape_.n, k = shape_.k;
+    const std::vector<int32_t> group = RowGroupOfRows(m, c_.row_groups);
+    std::vector<float> scales(group.back() + 1);
+    for (size_t g = 0; g < scales.size(); ++g) {
+      scales[g] = 0.01f * (1.0f + 0.125f * float(g % 8));
+    }
+    DeviceMem dgroup, dscales, dy;
+    absl::Status st;
+    if (!(st = dgroup.Alloc(4 * m)).ok() ||
+        !(st = dscales.Alloc(4 * scales.size())).ok() ||
+        !(st = dy.Alloc(2 * m * n)).ok()) {
+      return st;
+    }
+    OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dgroup.p, group.data(), 4 * m, cudaMemcpyHostToDevice, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dscales.p, scales.data(), 4 * scales.size(),
+                        cudaMemcpyHostToDevice, stream_));
+    OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    auto call = [&](int i) {
+      return gemm_->E4m3RowGroups(
+          dxq.as<uint8_t>(), dscales.as<float>(), dgroup.as<int32_t>(),
+          w_fp8_[i % w_fp8_.size()].as<uint8_t>(), w_scale_.as<float>(), m, n,
+          k, dy.p, DType::kBf16, stream_);
+    };
+    for (int w = 0; w < CublasLtGemm::kRowScalings; ++w) {
+      const auto way = static_cast<CublasLtGemm::RowScaling>(w);
+      gemm_->SetRowScaling(m, 0, n, k, false, way);
+      absl::StatusOr<double> t = TimeMs(call);
+      if (!t.ok()) return t.status();
+      row->rg_ways.emplace_back(CublasLtGemm::RowScalingName(way));
+      row->rg_ms.push_back(*t);
+      row->rg_paths.emplace_back(CublasLtGemm::PathName(gemm_->LastPath()));
+    }
+    return absl::OkStatus();
+  }
+
   // Mean time per call, from replaying a CUDA graph of `reps` calls (so
   // launch overhead is the GPU's, not the host's), after warm-up.
   absl::StatusOr<double> TimeMs(const std::function<absl::Status(int)>& call) {
@@ -720,7 +826,8 @@ constexpr char kCsvHeader[] =
     "backend,shape,M,N,K,bf16_ms,fp8_ms,fp8_quant_ms,quant_us,speedup_fp8,"
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
     "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
-    "fp8_blocks_ms,blocks_path\n";
+    "fp8_blocks_ms,blocks_path,row_groups,fp8rg_ms_by_way,fp8rg_best_ms,"
+    "fp8rg_best_way\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -735,20 +842,42 @@ double PctOfPeak(double tflops, double peak) {
   return peak > 0 ? 100.0 * tflops / peak : std::nan("");
 }
 
+// With --row_groups: the index of the fastest way (the first of equal
+// times); -1 without.
+int BestWay(const Row& r) {
+  if (r.rg_ms.empty()) return -1;
+  return static_cast<int>(std::min_element(r.rg_ms.begin(), r.rg_ms.end()) -
+                          r.rg_ms.begin());
+}
+
+// The row-group columns of a CSV line: G, "way=ms;way=ms", the best.
+std::string RowGroupCsv(const Row& r, int64_t row_groups) {
+  std::string by_way;
+  for (size_t w = 0; w < r.rg_ms.size(); ++w) {
+    absl::StrAppend(&by_way, w ? ";" : "",
+                    absl::StrFormat("%s=%.6f", r.rg_ways[w], r.rg_ms[w]));
+  }
+  const int best = BestWay(r);
+  return absl::StrFormat("%d,%s,%.6f,%s", row_groups, by_way,
+                         best < 0 ? 0.0 : r.rg_ms[best],
+                         best < 0 ? "" : r.rg_ways[best]);
+}
+
 std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
-                    double peak, int64_t k_blocks) {
+                    double peak, int64_t k_blocks, int64_t row_groups) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
   const double tflops = Tflops(r, r.fp8_quant_ms);
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
-      PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path);
+      PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path,
+      RowGroupCsv(r, row_groups));
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -762,6 +891,18 @@ std::string TimeCell(double ms, const std::string& path) {
   return absl::StrFormat("%10.4f%c", ms, path == kFallbackPath ? '*' : ' ');
 }
 
+// The table's row-group cells: each way's time, the best over fp8_ms.
+std::string RowGroupCells(const Row& r) {
+  const int best = BestWay(r);
+  if (best < 0) return "";
+  std::string cells;
+  for (size_t w = 0; w < r.rg_ms.size(); ++w) {
+    absl::StrAppend(&cells, " ", TimeCell(r.rg_ms[w], r.rg_paths[w]));
+  }
+  return absl::StrCat(cells,
+                      absl::StrFormat(" %7.2fx", r.rg_ms[best] / r.fp8_ms));
+}
+
 void PrintRow(const Config& c, const std::string& backend, const Row& r,
               double bw_gbps, double peak, std::FILE* csv_out) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
@@ -770,10 +911,12 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
   const double x_fp8 = r.bf16_ms / r.fp8_ms,
                x_fp8q = r.bf16_ms / r.fp8_quant_ms;
   if (c.csv) {
-    absl::PrintF("%s", CsvLine(backend, r, bw_gbps, peak, c.k_blocks));
+    absl::PrintF("%s",
+                 CsvLine(backend, r, bw_gbps, peak, c.k_blocks, c.row_groups));
   } else {
     absl::PrintF(
-        "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s %s%s\n",
+        "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s "
+        "%s%s%s\n",
         r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
         TimeCell(r.fp8_ms, r.fp8_path), TimeCell(r.fp8_quant_ms, r.fp8_path),
         r.quant_us, x_fp8, x_fp8q, gbps, tflops, pct,
@@ -783,12 +926,13 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
             ? absl::StrFormat(" %s %7.2fx",
                               TimeCell(r.fp8_blocks_ms, r.blocks_path),
                               r.fp8_blocks_ms / r.fp8_ms)
-            : std::string());
+            : std::string(),
+        RowGroupCells(r));
   }
   std::fflush(stdout);
   if (csv_out != nullptr) {
     absl::FPrintF(csv_out, "%s",
-                  CsvLine(backend, r, bw_gbps, peak, c.k_blocks));
+                  CsvLine(backend, r, bw_gbps, peak, c.k_blocks, c.row_groups));
     std::fflush(csv_out);
   }
 }
@@ -849,7 +993,7 @@ int Main(int argc, char** argv) {
         "are for fp8q (bytes = weights + activations in + output); "
         "%%pk_bf16, %%pk_fp8q = TFLOP/s of bf16 and fp8q as a share of the "
         "dot-product peak (- : not measured); * = the fallback kernel ran "
-        "it, not cuBLASLt%s\n\n",
+        "it, not cuBLASLt%s%s\n\n",
         b.Notes(), c.rotate_bytes >> 20, b.Timing(),
         c.k_blocks > 0
             ? absl::StrFormat(
@@ -857,13 +1001,29 @@ int Main(int argc, char** argv) {
                   "(row-parallel layers' TP-invariant sums, unscaled); "
                   "blk/fp8 = its time over fp8_ms",
                   c.k_blocks)
+            : std::string(),
+        c.row_groups > 0
+            ? absl::StrFormat(
+                  ";\nrg:WAY = the FP8 GEMM with per-sequence scales, the M "
+                  "rows in min(%d, M) sequences, each way this backend has; "
+                  "rg/fp8 = the fastest over fp8_ms",
+                  c.row_groups)
             : std::string());
+    std::string rg_header;
+    if (c.row_groups > 0) {
+      for (const std::string& way : b.RowGroupWays()) {
+        absl::StrAppend(&rg_header,
+                        absl::StrFormat(" %10s ", "rg:" + way.substr(0, 7)));
+      }
+      absl::StrAppend(&rg_header, absl::StrFormat(" %7s", "rg/fp8"));
+    }
     absl::PrintF(
-        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s\n",
+        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s%s\n",
         "M", "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
         "x_fp8q", "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q",
         c.k_blocks > 0 ? absl::StrFormat(" %10s  %8s", "fp8blk_ms", "blk/fp8")
-                       : std::string());
+                       : std::string(),
+        rg_header);
   }
   std::vector<int64_t> skipped;
   int fallback_cells = 0;
