@@ -276,6 +276,18 @@ class Backend {
                                      int64_t cols, const RowGroups& groups,
                                      const float* absmax, uint8_t* q,
                                      float* scale) = 0;
+  // AbsMax then Quantize (of x, or with `in` non-null of the values it
+  // produces: FusedAbsMax then FusedQuantize), bit for bit, where every row
+  // is its own group (groups.count == rows: a decode step's sequences, or
+  // per-token scales) and no collective comes between the two. absmax:
+  // scratch of `rows` floats. The default makes the two calls; CUDA runs
+  // one kernel, a block per row that makes the row, takes its absmax in the
+  // block's own reduction and writes its codes and scale: one launch where
+  // the two calls take three.
+  virtual absl::Status QuantizeOwnRows(const void* x, const FusedInput* in,
+                                       int64_t rows, int64_t cols,
+                                       const RowGroups& groups, float* absmax,
+                                       uint8_t* q, float* scale);
   // q = encode(x * (1 / *scale)) for a static activation scale.
   virtual absl::Status QuantizeStatic(const void* x, int64_t count,
                                       const float* scale, uint8_t* q) = 0;
@@ -374,6 +386,21 @@ inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     other.bytes_ = 0;
   }
   return *this;
+}
+
+inline absl::Status Backend::QuantizeOwnRows(
+    const void* x, const FusedInput* in, int64_t rows, int64_t cols,
+    const RowGroups& groups, float* absmax, uint8_t* q, float* scale) {
+  if (groups.count != rows) {
+    return absl::InvalidArgumentError(
+        "QuantizeOwnRows: every row must be its own group");
+  }
+  absl::Status s = in != nullptr ? FusedAbsMax(*in, rows, cols, groups, absmax)
+                                 : AbsMax(x, rows, cols, groups, absmax);
+  if (!s.ok()) return s;
+  return in != nullptr
+             ? FusedQuantize(*in, rows, cols, groups, absmax, q, scale)
+             : Quantize(x, rows, cols, groups, absmax, q, scale);
 }
 
 inline absl::Status Backend::SetRowGroupGemmWay(int64_t, const LinearWeight&,

@@ -113,19 +113,27 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     // row-parallel layers.
     *groups = seqs;
     float* absmax = scratch_.absmax.as<float>();
-    OCTET_RETURN_IF_ERROR(
-        x.fused ? backend_.FusedAbsMax(*x.fused, rows, w.in, seqs, absmax)
-                : backend_.AbsMax(x.x, rows, w.in, seqs, absmax));
-    if (row_parallel && plan_.size > 1 && sync_absmax_) {
-      OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, seqs.count));
-    }
     float* dynamic = scratch_.act_scale.as<float>();
-    OCTET_RETURN_IF_ERROR(
-        x.fused
-            ? backend_.FusedQuantize(*x.fused, rows, w.in, seqs, absmax, codes,
-                                     dynamic)
-            : backend_.Quantize(x.x, rows, w.in, seqs, absmax, codes, dynamic));
     *scale = dynamic;
+    const bool all_reduce = row_parallel && plan_.size > 1 && sync_absmax_;
+    const FusedInput* producer = x.fused ? &*x.fused : nullptr;
+    if (seqs.count == rows && !all_reduce) {
+      // Each row its own sequence (a decode step) or token: one pass.
+      OCTET_RETURN_IF_ERROR(backend_.QuantizeOwnRows(
+          x.x, producer, rows, w.in, seqs, absmax, codes, dynamic));
+    } else {
+      OCTET_RETURN_IF_ERROR(
+          producer ? backend_.FusedAbsMax(*producer, rows, w.in, seqs, absmax)
+                   : backend_.AbsMax(x.x, rows, w.in, seqs, absmax));
+      if (all_reduce) {
+        OCTET_RETURN_IF_ERROR(options_.comm->AllReduceMax(absmax, seqs.count));
+      }
+      OCTET_RETURN_IF_ERROR(
+          producer ? backend_.FusedQuantize(*producer, rows, w.in, seqs, absmax,
+                                            codes, dynamic)
+                   : backend_.Quantize(x.x, rows, w.in, seqs, absmax, codes,
+                                       dynamic));
+    }
   }
   if (trace != nullptr && trace->record_codes) {
     OCTET_RETURN_IF_ERROR(AwaitCollectives());

@@ -134,6 +134,13 @@ __global__ void __launch_bounds__(kThreads)
                              q, scale);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    FusedOwnGroupQuantizeKernel(FusedInput in, int64_t cols, float* absmax,
+                                uint8_t* q, float* scale) {
+  OwnGroupQuantizeRow<kThreads>(MakeProducedRow(in, cols), cols, absmax, q,
+                                scale);
+}
+
 __global__ void AddKernel(bf16* x, const bf16* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -676,6 +683,16 @@ absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
   if (rows == 0) return absl::OkStatus();
   FusedQuantizeKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       in, cols, row_group, absmax, q, scale);
+  OCTET_LAUNCHED();
+  return absl::OkStatus();
+}
+
+absl::Status FusedQuantizeOwnRows(const FusedInput& in, int64_t rows,
+                                  int64_t cols, float* absmax, uint8_t* q,
+                                  float* scale, cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
+  FusedOwnGroupQuantizeKernel<<<static_cast<unsigned>(rows), kThreads, 0,
+                                stream>>>(in, cols, absmax, q, scale);
   OCTET_LAUNCHED();
   return absl::OkStatus();
 }

@@ -54,6 +54,11 @@ absl::Status FusedAbsMax(const FusedInput& in, int64_t rows, int64_t cols,
 absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
                            const int32_t* row_group, const float* absmax,
                            uint8_t* q, float* scale, cudaStream_t stream);
+// Both at once where every row is its own group (Backend::QuantizeOwnRows):
+// one kernel, a block per row; absmax[r] and scale[r] receive row r's.
+absl::Status FusedQuantizeOwnRows(const FusedInput& in, int64_t rows,
+                                  int64_t cols, float* absmax, uint8_t* q,
+                                  float* scale, cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                         int64_t n, void* out, cudaStream_t stream);
 

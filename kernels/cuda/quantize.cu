@@ -167,6 +167,15 @@ __global__ void __launch_bounds__(kThreads)
                              row_group, absmax, q, scale);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    OwnGroupQuantizeKernel(const T* __restrict__ x, int64_t cols,
+                           float* __restrict__ absmax, uint8_t* __restrict__ q,
+                           float* __restrict__ scale) {
+  OwnGroupQuantizeRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, cols,
+                                absmax, q, scale);
+}
+
 template <typename Y>
 __global__ void DequantizeKernel(const uint8_t* __restrict__ q, int64_t n,
                                  const float* __restrict__ scale,
@@ -365,6 +374,34 @@ absl::Status CudaE4m3Quantizer::GroupQuantize(
   } else {
     GroupQuantizeKernel<<<blocks, kThreads, 0, stream>>>(
         static_cast<const float*>(x), cols, d_row_group, d_absmax, q, d_scale);
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status CudaE4m3Quantizer::QuantizeOwnRows(const void* x, DType x_dtype,
+                                                int64_t rows, int64_t cols,
+                                                float* d_absmax, uint8_t* q,
+                                                float* d_scale,
+                                                cudaStream_t stream) {
+  const char* what = "CudaE4m3Quantizer::QuantizeOwnRows";
+  absl::Status input = CheckInput(x, x_dtype, rows * cols, what);
+  if (!input.ok()) return input;
+  if (rows < 0 || cols < 0 || rows > std::numeric_limits<int32_t>::max() ||
+      (rows > 0 && (d_absmax == nullptr || d_scale == nullptr)) ||
+      (rows * cols > 0 && q == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", rows, " rows of ", cols,
+        " (need rows < 2^31, an absmax, a scale and codes)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>(rows);
+  if (x_dtype == DType::kBf16) {
+    OwnGroupQuantizeKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), cols, d_absmax, q, d_scale);
+  } else {
+    OwnGroupQuantizeKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const float*>(x), cols, d_absmax, q, d_scale);
   }
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

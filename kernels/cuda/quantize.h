@@ -64,6 +64,13 @@ class CudaE4m3Quantizer {
                              int64_t groups, const float* d_absmax, uint8_t* q,
                              float* d_scale, cudaStream_t stream);
 
+  // GroupAbsMax then GroupQuantize, bit for bit, where every row is its own
+  // group: one kernel, a block per row (the absmax from the block's own
+  // reduction, then the codes); d_absmax[r] and d_scale[r] receive row r's.
+  absl::Status QuantizeOwnRows(const void* x, DType x_dtype, int64_t rows,
+                               int64_t cols, float* d_absmax, uint8_t* q,
+                               float* d_scale, cudaStream_t stream);
+
   // AbsMax then Quantize, through an absmax slot owned by this object.
   absl::Status QuantizeDynamic(const void* x, DType x_dtype, int64_t n,
                                uint8_t* q, float* d_scale, cudaStream_t stream);

@@ -875,6 +875,70 @@ std::vector<float> SpecialActivations(int64_t n, uint32_t seed, bool inf) {
   return x;
 }
 
+// QuantizeOwnRows (every row its own group: a decode step) against the
+// two calls it stands for on the same backend -- (Fused)AbsMax then
+// (Fused)Quantize -- with the producer `op`, or with x in memory (op
+// null): every absmax, scale and code equal (fields of ones, as RunFused's).
+// Row 2 is loud, row 5 all zeros, row 6 special values.
+absl::StatusOr<Output> RunOwnRows(Backend& b, const FusedInput::Op* op) {
+  const int64_t rows = 7, cols = 288;
+  const bool silu = op != nullptr && *op == FusedInput::Op::kSiluMul;
+  const int64_t in_cols = silu ? 2 * cols : cols;
+  std::vector<float> x = NormalBf16Values(rows * in_cols, 171, 2.0f);
+  for (int64_t c = 0; c < in_cols; ++c) {
+    x[2 * in_cols + c] *= 64.0f;
+    x[5 * in_cols + c] = 0.0f;
+  }
+  const std::vector<float> special = SpecialActivations(in_cols, 172, false);
+  std::copy(special.begin(), special.end(), x.begin() + 6 * in_cols);
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dw,
+                         Upload(b, F32Values(cols, 173, 1.5f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap,
+                         Upload(b, RowMap(std::vector<int64_t>(rows, 1))));
+  const RowGroups g{rows, dmap.as<int32_t>()};
+  const FusedInput in{op != nullptr ? *op : FusedInput::Op::kRmsNorm, dx.data(),
+                      dw.as<float>(), 1e-5f};
+  const FusedInput* producer = op != nullptr ? &in : nullptr;
+  std::vector<uint8_t> got[2][3];  // [two calls, one pass][absmax, scale, q]
+  for (int one_pass = 0; one_pass < 2; ++one_pass) {
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmax,
+                           Upload(b, std::vector<float>(rows, -1.0f)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dscale,
+                           Upload(b, std::vector<float>(rows, -1.0f)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer dq,
+                           Upload(b, std::vector<uint8_t>(rows * cols)));
+    float* m = dmax.as<float>();
+    uint8_t* q = dq.as<uint8_t>();
+    float* sc = dscale.as<float>();
+    if (one_pass == 1) {
+      OCTET_RETURN_IF_ERROR(
+          b.QuantizeOwnRows(dx.data(), producer, rows, cols, g, m, q, sc));
+    } else if (producer != nullptr) {
+      OCTET_RETURN_IF_ERROR(b.FusedAbsMax(in, rows, cols, g, m));
+      OCTET_RETURN_IF_ERROR(b.FusedQuantize(in, rows, cols, g, m, q, sc));
+    } else {
+      OCTET_RETURN_IF_ERROR(b.AbsMax(dx.data(), rows, cols, g, m));
+      OCTET_RETURN_IF_ERROR(b.Quantize(dx.data(), rows, cols, g, m, q, sc));
+    }
+    OCTET_ASSIGN_OR_RETURN(got[one_pass][0],
+                           Read<uint8_t>(b, m, rows * sizeof(float)));
+    OCTET_ASSIGN_OR_RETURN(got[one_pass][1],
+                           Read<uint8_t>(b, sc, rows * sizeof(float)));
+    OCTET_ASSIGN_OR_RETURN(got[one_pass][2], Read<uint8_t>(b, q, rows * cols));
+  }
+  Output o;
+  const char* names[3] = {"absmax_agree", "scale_agree", "codes_agree"};
+  for (int f = 0; f < 3; ++f) {
+    std::vector<uint8_t> same(got[0][f].size());
+    for (size_t i = 0; i < same.size(); ++i) {
+      same[i] = got[0][f][i] == got[1][f][i];
+    }
+    o.fields.push_back(Bits(names[f], same));
+  }
+  return o;
+}
+
 // A static activation scale: codes saturate where |x| / scale > 448.
 absl::StatusOr<Output> RunQuantizeStatic(Backend& b, int64_t count,
                                          int64_t offset) {
@@ -935,6 +999,34 @@ absl::StatusOr<Output> RunGemmE4m3(Backend& b, int64_t in, int64_t out,
                [&](int64_t i) { return DecodeE4m3(qw[i]); },
                [&](int64_t r) { return double(q_scale[map[r]] * w_scale); },
                kFp8TensorCoreRel))};
+  return o;
+}
+
+// GemmE4m3 with each row its own sequence (a decode batch), run the first
+// and the last way the backend has (RowGroupGemmWays; CUDA: outer-vector
+// scales, two passes): each within the GEMM bound of the reference. A
+// backend with one way must answer SetRowGroupGemmWay Unimplemented.
+absl::StatusOr<Output> RunGemmE4m3Ways(Backend& b) {
+  const Backend::GemmWays ways = b.RowGroupGemmWays();
+  const std::vector<int64_t> sizes(5, 1);
+  LinearWeight shape;  // the ways are chosen by shape
+  shape.out = 64;
+  shape.in = 256;
+  Output o;
+  for (int last = 0; last < 2; ++last) {
+    const int way = last ? static_cast<int>(ways.names.size()) - 1 : 0;
+    const absl::Status set = b.SetRowGroupGemmWay(5, shape, way);
+    if (ways.names.empty() ? !absl::IsUnimplemented(set) : !set.ok()) {
+      return absl::InternalError(absl::StrCat("SetRowGroupGemmWay with ",
+                                              ways.names.size(),
+                                              " ways: ", set.ToString()));
+    }
+    OCTET_ASSIGN_OR_RETURN(
+        Output one, RunGemmE4m3(b, 256, 64, sizes,
+                                {0.5f, 0.03f, 2.0f, 1.0f / 64, 7.0f}, 163));
+    one.fields[0].name = last ? "y_last_way" : "y_first_way";
+    o.fields.push_back(std::move(one.fields[0]));
+  }
   return o;
 }
 
@@ -1364,6 +1456,28 @@ const std::vector<Case>& Cases() {
        [](Backend& b, const Env&) {
          return RunFused(b, FusedInput::Op::kSiluMul, true);
        }},
+      {"QuantizeOwnRowsFromMemory",
+       {"QuantizeOwnRows", "AbsMax", "Quantize"},
+       kExact,
+       [](Backend& b, const Env&) { return RunOwnRows(b, nullptr); }},
+      {"QuantizeOwnRowsRmsNorm",
+       {"QuantizeOwnRows", "FusedAbsMax", "FusedQuantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         const FusedInput::Op op = FusedInput::Op::kRmsNorm;
+         return RunOwnRows(b, &op);
+       }},
+      {"QuantizeOwnRowsSiluMul",
+       {"QuantizeOwnRows", "FusedAbsMax", "FusedQuantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         const FusedInput::Op op = FusedInput::Op::kSiluMul;
+         return RunOwnRows(b, &op);
+       }},
+      {"GemmE4m3EachWay",
+       {"RowGroupGemmWays", "SetRowGroupGemmWay", "GemmE4m3"},
+       kGemmAct,
+       [](Backend& b, const Env&) { return RunGemmE4m3Ways(b); }},
       {"Clock", {"NewClock", "Add"}, kExact, RunClock},
       {"CaptureReplay",
        {"can_capture", "BeginCapture", "EndCapture", "Add", "CopyToDevice",

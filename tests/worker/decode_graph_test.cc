@@ -277,6 +277,33 @@ TEST_P(DecodeGraphTest, FusedInputQuantizationChangesNoBit) {
             GetParam() == LinearMethod::kFp8 ? 3 * layers : 0);
 }
 
+// In a decode step every row is its own sequence: each FP8 input is
+// quantized in one pass (Backend::QuantizeOwnRows; CUDA: one kernel in
+// place of three), three of the four from their producers. The CPU runs it
+// as the two calls it replaces; CUDA's kernel is held to those two calls'
+// bits in tests/kernels/backend_table_test.cc.
+TEST_P(DecodeGraphTest, ADecodeQuantizesEachInputInOnePass) {
+  ASSERT_NE(graphed_, nullptr);
+  auto cache = Cache(*graphed_);
+  std::vector<std::vector<int32_t>> tables(2);
+  std::vector<SequenceStep> prefill, decode;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(cache->Reserve(6, &tables[i]).ok());
+    prefill.push_back({{3, 1, 4, 1, 5}, 0, &tables[i]});
+    decode.push_back({{9}, 5, &tables[i]});
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(graphed_->Forward(prefill, *cache, &logits).ok());
+  const int64_t own = capturing_->own_row_quantizes();
+  const int64_t fused = capturing_->fused_quantizes();
+  EXPECT_EQ(own, 0);  // a prefill's sequences have several rows
+  ASSERT_TRUE(graphed_->Forward(decode, *cache, &logits).ok());
+  const int64_t layers = graphed_->config().num_layers;
+  const bool fp8 = GetParam() == LinearMethod::kFp8;
+  EXPECT_EQ(capturing_->own_row_quantizes() - own, fp8 ? 4 * layers : 0);
+  EXPECT_EQ(capturing_->fused_quantizes() - fused, fp8 ? 3 * layers : 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Methods, DecodeGraphTest,
                          ::testing::Values(LinearMethod::kNone,
                                            LinearMethod::kFp8),
