@@ -1,5 +1,7 @@
 #include "tools/tool_model.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +59,12 @@ absl::StatusOr<ToolModel> LoadToolModel(
       m.method == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
   options.cpu = {.isa = CpuIsa::kAuto, .num_threads = f.threads};
   options.quantize_lm_head = f.quantize_lm_head;
+  // A GPU's GEMM ways as a server on this model takes them (the same file),
+  // so that a tool's numbers are the server's.
+  options.gemm_choices.file = DefaultGemmChoicePath(f.path);
+  options.gemm_choices.log = [](const std::string& line) {
+    std::fprintf(stderr, "octet: %s\n", line.c_str());
+  };
   OCTET_ASSIGN_OR_RETURN(m.backend, NewBackend(f.device, options.cpu));
   OCTET_ASSIGN_OR_RETURN(m.model,
                          LlamaModel::Load(*ckpt, *m.backend, options));

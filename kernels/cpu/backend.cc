@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/aligned.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quantize.h"
@@ -165,11 +166,10 @@ class CpuBackend : public Backend {
       return absl::InvalidArgumentError(
           "Attention: kv_heads must divide heads");
     }
-    cpu::AttentionRef(static_cast<const float*>(q), q_stride, heads, kv_heads,
-                      head_dim, meta, static_cast<const float*>(k_cache),
-                      static_cast<const float*>(v_cache),
-                      static_cast<float*>(out), threads_);
-    return absl::OkStatus();
+    return cpu::Attention(
+        static_cast<const float*>(q), q_stride, heads, kv_heads, head_dim, meta,
+        static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+        static_cast<float*>(out), options_);
   }
   absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
                     DType y_dtype) override {

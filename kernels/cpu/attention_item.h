@@ -1,0 +1,235 @@
+// Internal: the body of the attention kernel (attention_kernels.h), written
+// as plain loops for the compiler to vectorize with the flags of the
+// translation unit that includes it (attention_avx2.cc,
+// attention_avx512.cc). Everything has internal linkage (anonymous
+// namespace) and calls no library function: each instruction-set unit gets
+// its own copy, and the linker can never hand an AVX-512 copy to the AVX2
+// path (tests/build/check_isa_symbols.cmake).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention_kernels.h"
+
+namespace octet::cpu_internal {
+namespace {  // NOLINT(build/namespaces): see above
+
+constexpr int kLanes = 16;  // keys per step, and the denominator's lanes
+
+// The level's own vector of floats in GCC's vector extension (AVX-512: 16
+// lanes, AVX2: 8), kN of them to a step of kLanes: the same lanes in the
+// same order at either level, so both give the same bits. Arrays of them
+// stay in registers, which plain arrays of floats did not (measured:
+// spilled every step); memory is accessed through memcpy, unaligned. The
+// helpers are always inlined so no vector crosses a call.
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+#else
+constexpr int kWidth = 8;
+#endif
+constexpr int kN = kLanes / kWidth;
+typedef float V __attribute__((vector_size(kWidth * 4)));
+typedef int32_t VI __attribute__((vector_size(kWidth * 4)));
+
+#define OCTET_V_INLINE inline __attribute__((always_inline))
+
+OCTET_V_INLINE V Load(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+OCTET_V_INLINE void Store(float* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
+OCTET_V_INLINE V Splat(float x) { return V{} + x; }
+// Lane l of the vector starting at key `first` is a key below len.
+OCTET_V_INLINE VI Below(int64_t first, int64_t len) {
+  VI lane;
+  for (int l = 0; l < kWidth; ++l) lane[l] = l;
+  return lane < static_cast<int32_t>(len - first);
+}
+
+// e^x for x <= 0 (a score minus the row's maximum), branch-free: x = k·ln2
+// + r with k the nearest integer (the 1.5·2^23 rounding trick) and |r| <=
+// ln2/2 (ln2 in two parts, Cody and Waite), e^r by Cephes' degree-6
+// polynomial (about 1 ulp), times 2^k from the exponent bits. Below -87
+// (e^x under binary32's smallest normal) it is 0; NaN stays NaN.
+OCTET_V_INLINE V ExpNonPositive(V x) {
+  const V c = x < -87.0f ? Splat(-87.0f) : x;
+  const V k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const V r = c - k * 0.693359375f + k * 2.12194440e-4f;
+  V p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const VI bits = (__builtin_convertvector(k, VI) + 127) << 23;
+  const V y = p * __builtin_bit_cast(V, bits);
+  return x != x ? x : (x < -87.0f ? Splat(0.0f) : y);
+}
+
+// The context's keys of the item's KV head, transposed: kt[d][j - j0];
+// columns past the context are zero.
+inline void TransposeKeys(const AttentionItem& it) {
+  const int64_t n = it.context - it.j0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* k = it.k_cache +
+                     static_cast<int64_t>(it.slots[j]) * it.kv_width +
+                     it.kv_head * it.head_dim;
+    for (int64_t d = 0; d < it.head_dim; ++d)
+      it.kt[d * it.kt_stride + j] = k[d];
+  }
+  for (int64_t d = 0; d < it.head_dim; ++d) {
+    for (int64_t j = n; j < it.kt_stride; ++j) it.kt[d * it.kt_stride + j] = 0;
+  }
+}
+
+// Scores of kH query heads (q[i] their rows) against keys [off, off + len)
+// of kt: scores[i][j] = (sum over d, in order, of q[i][d] * k_j[d]) * scale,
+// kLanes keys per step (the lanes past len are scratch).
+template <int kH>
+inline void Scores(const AttentionItem& it, const float* const* q, int64_t off,
+                   int64_t len) {
+  for (int64_t b = 0; b < len; b += kLanes) {
+    V acc[kH][kN] = {};
+    const float* kb = it.kt + off + b;
+    for (int64_t d = 0; d < it.head_dim; ++d) {
+      V k[kN];
+#pragma GCC unroll 2
+      for (int n = 0; n < kN; ++n)
+        k[n] = Load(kb + d * it.kt_stride + n * kWidth);
+#pragma GCC unroll 4
+      for (int i = 0; i < kH; ++i) {
+        const float qd = q[i][d];
+#pragma GCC unroll 2
+        for (int n = 0; n < kN; ++n) acc[i][n] += qd * k[n];
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kH; ++i) {
+#pragma GCC unroll 2
+      for (int n = 0; n < kN; ++n) {
+        Store(it.scores + i * it.kt_stride + b + n * kWidth,
+              acc[i][n] * it.scale);
+      }
+    }
+  }
+}
+
+// Softmax weights of scores [0, len) in place: e^(s - max) / denominator,
+// the denominator summed in kLanes fixed lanes then pairwise.
+inline void Softmax(float* s, int64_t len) {
+  V mv = Splat(-__builtin_inff());
+  for (int64_t b = 0; b < len; b += kWidth) {
+    const V x = Load(s + b);
+    mv = Below(b, len) && x > mv ? x : mv;
+  }
+  float max = mv[0];
+  for (int l = 1; l < kWidth; ++l) max = mv[l] > max ? mv[l] : max;
+  V lanes[kN] = {};
+  for (int64_t b = 0; b < len; b += kLanes) {
+#pragma GCC unroll 2
+    for (int n = 0; n < kN; ++n) {
+      const int64_t at = b + n * kWidth;
+      const V e = ExpNonPositive(Load(s + at) - max);
+      const V kept = Below(at, len) ? e : Splat(0.0f);
+      Store(s + at, kept);
+      lanes[n] += kept;
+    }
+  }
+  float sum[kLanes];
+  for (int n = 0; n < kN; ++n) Store(sum + n * kWidth, lanes[n]);
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) sum[l] += sum[l + w];
+  }
+  const float denom = sum[0];
+  for (int64_t b = 0; b < len; b += kWidth) Store(s + b, Load(s + b) / denom);
+}
+
+// out_i[d] = sum over keys j, in order, of p_ij * v_j[d], for kH heads:
+// kLanes of d at a time, the rest one by one.
+template <int kH>
+inline void WeightValues(const AttentionItem& it, int64_t off, int64_t len,
+                         float* const* out) {
+  const int64_t hd = it.head_dim, whole = hd / kLanes * kLanes;
+  const float* p = it.scores;
+  auto value = [&](int64_t j) {
+    return it.v_cache + static_cast<int64_t>(it.slots[off + j]) * it.kv_width +
+           it.kv_head * hd;
+  };
+  for (int64_t d = 0; d < whole; d += kLanes) {
+    V acc[kH][kN] = {};
+    for (int64_t j = 0; j < len; ++j) {
+      const float* vj = value(j) + d;
+      V v[kN];
+#pragma GCC unroll 2
+      for (int n = 0; n < kN; ++n) v[n] = Load(vj + n * kWidth);
+#pragma GCC unroll 4
+      for (int i = 0; i < kH; ++i) {
+        const float pij = p[i * it.kt_stride + j];
+#pragma GCC unroll 2
+        for (int n = 0; n < kN; ++n) acc[i][n] += pij * v[n];
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kH; ++i) {
+#pragma GCC unroll 2
+      for (int n = 0; n < kN; ++n) Store(out[i] + d + n * kWidth, acc[i][n]);
+    }
+  }
+  for (int64_t d = whole; d < hd; ++d) {
+    for (int i = 0; i < kH; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        acc += p[i * it.kt_stride + j] * value(j)[d];
+      }
+      out[i][d] = acc;
+    }
+  }
+}
+
+// Heads [h0, h0 + kH) of the item's group for row t.
+template <int kH>
+inline void HeadChunk(const AttentionItem& it, int64_t t, int64_t h0) {
+  const int64_t pos = it.positions[t];
+  int64_t first = 0;
+  if (it.sliding_window > 0 && pos - it.sliding_window + 1 > 0) {
+    first = pos - it.sliding_window + 1;
+  }
+  const int64_t off = first - it.j0, len = pos - first + 1;
+  const float* q[kH];
+  float* out[kH];
+  for (int i = 0; i < kH; ++i) {
+    const int64_t h = it.kv_head * it.group + h0 + i;
+    q[i] = it.q + t * it.q_stride + h * it.head_dim;
+    out[i] = it.out + t * it.out_stride + h * it.head_dim;
+  }
+  Scores<kH>(it, q, off, len);
+  for (int i = 0; i < kH; ++i) Softmax(it.scores + i * it.kt_stride, len);
+  WeightValues<kH>(it, off, len, out);
+}
+
+inline void AttentionItemKernel(const AttentionItem& it) {
+  TransposeKeys(it);
+  for (int64_t r = 0; r < it.num_rows; ++r) {
+    const int64_t t = it.rows[r];
+    int64_t h = 0;
+    for (; h + 4 <= it.group; h += 4) HeadChunk<4>(it, t, h);
+    switch (it.group - h) {
+      case 3:
+        HeadChunk<3>(it, t, h);
+        break;
+      case 2:
+        HeadChunk<2>(it, t, h);
+        break;
+      case 1:
+        HeadChunk<1>(it, t, h);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace octet::cpu_internal
