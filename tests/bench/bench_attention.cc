@@ -29,6 +29,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
+#include "tests/kernels/attention_inputs.h"
 
 ABSL_FLAG(std::string, lengths, "128,512,2048",
           "context lengths, comma-separated");
@@ -46,27 +47,15 @@ constexpr int64_t kBlockSize = 16;
 
 // Queries, a paged cache and its metadata: `seqs` sequences of `context`
 // positions, the last `tokens` of each new in this call.
-struct Case {
-  int64_t heads, kv_heads, head_dim;
-  std::vector<float> q, k, v;
-  std::vector<int32_t> positions, slots, token_seq, tables;
-  int64_t max_blocks = 0;
-  AttentionMetadata Meta() const {
-    AttentionMetadata m;
-    m.num_tokens = static_cast<int64_t>(positions.size());
-    m.positions = positions.data();
-    m.slots = slots.data();
-    m.token_seq = token_seq.data();
-    m.block_tables = tables.data();
-    m.max_blocks = max_blocks;
-    m.block_size = kBlockSize;
-    return m;
-  }
-};
+using Case = testing::AttentionInputs;
 
 Case MakeCase(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t seqs,
               int64_t context, int64_t tokens) {
-  Case c{heads, kv_heads, head_dim, {}, {}, {}, {}, {}, {}, {}};
+  Case c;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.block_size = kBlockSize;
   c.max_blocks = (context + kBlockSize - 1) / kBlockSize;
   const int64_t slots = seqs * c.max_blocks * kBlockSize;
   std::mt19937 gen(7);
@@ -101,7 +90,7 @@ double Median(std::vector<double> v) {
 int Compare(const char* what, int64_t context, const Case& c, int rounds,
             int threads) {
   const AttentionMetadata meta = c.Meta();
-  const int64_t stride = c.heads * c.head_dim;
+  const int64_t stride = c.q_stride();
   std::vector<float> ref(c.positions.size() * stride), got(ref.size());
   const CpuKernelOptions options{.isa = CpuIsa::kAuto, .num_threads = threads};
   std::vector<double> ref_ms, got_ms;

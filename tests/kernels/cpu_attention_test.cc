@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
+#include "tests/kernels/attention_inputs.h"
 #include "tests/status_util.h"
 
 namespace octet {
@@ -24,39 +25,23 @@ struct Shape {
   int64_t heads, kv_heads, head_dim, block_size, window;
 };
 
-// A paged cache of `blocks` blocks holding random keys and values, and the
-// queries of a batch: sequence s has `counts[s]` new tokens ending at
-// position `ends[s] - 1`; its blocks are scattered over the cache.
-struct Batch {
+// A paged cache holding random keys and values, and the queries of a
+// batch: sequence s has `counts[s]` new tokens ending at position
+// `ends[s] - 1`; its blocks are scattered over the cache.
+struct Batch : testing::AttentionInputs {
   Shape shape;
-  std::vector<float> q, k, v;
-  std::vector<int32_t> positions, slots, token_seq, tables;
-  int64_t max_blocks = 0;
-  AttentionMetadata Meta() const {
-    AttentionMetadata m;
-    m.num_tokens = static_cast<int64_t>(positions.size());
-    m.positions = positions.data();
-    m.slots = slots.data();
-    m.token_seq = token_seq.data();
-    m.block_tables = tables.data();
-    m.max_blocks = max_blocks;
-    m.block_size = shape.block_size;
-    m.sliding_window = shape.window;
-    return m;
-  }
   std::vector<float> Run(const CpuKernelOptions& options) const {
-    std::vector<float> out(positions.size() * shape.heads * shape.head_dim);
-    const absl::Status s = cpu::Attention(
-        q.data(), shape.heads * shape.head_dim, shape.heads, shape.kv_heads,
-        shape.head_dim, Meta(), k.data(), v.data(), out.data(), options);
+    std::vector<float> out(positions.size() * q_stride());
+    const absl::Status s =
+        cpu::Attention(q.data(), q_stride(), heads, kv_heads, head_dim, Meta(),
+                       k.data(), v.data(), out.data(), options);
     EXPECT_TRUE(s.ok()) << s;
     return out;
   }
   std::vector<float> Reference() const {
-    std::vector<float> out(positions.size() * shape.heads * shape.head_dim);
-    cpu::AttentionRef(q.data(), shape.heads * shape.head_dim, shape.heads,
-                      shape.kv_heads, shape.head_dim, Meta(), k.data(),
-                      v.data(), out.data(), 1);
+    std::vector<float> out(positions.size() * q_stride());
+    cpu::AttentionRef(q.data(), q_stride(), heads, kv_heads, head_dim, Meta(),
+                      k.data(), v.data(), out.data(), 1);
     return out;
   }
 };
@@ -68,6 +53,11 @@ Batch MakeBatch(const Shape& shape, const std::vector<int64_t>& ends,
                 const std::vector<int64_t>& counts, uint32_t seed) {
   Batch b;
   b.shape = shape;
+  b.heads = shape.heads;
+  b.kv_heads = shape.kv_heads;
+  b.head_dim = shape.head_dim;
+  b.block_size = shape.block_size;
+  b.window = shape.window;
   EXPECT_LE(*std::max_element(ends.begin(), ends.end()), kMaxContext);
   b.max_blocks = (kMaxContext + shape.block_size - 1) / shape.block_size;
   const int64_t seqs = 4;  // table rows, whatever the batch holds

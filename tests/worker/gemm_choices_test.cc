@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -271,35 +272,45 @@ TEST(GemmChoices, AFileThatCannotBeWrittenIsSaidAndTheChoicesHold) {
   EXPECT_TRUE(absl::StrContains(said[1], "cannot write " + path)) << said[1];
 }
 
-// Two ranks, one thread each, over a real shared-memory communicator.
+// Runs body(rank, communicator) on two ranks, a thread each, over a real
+// shared-memory group named `group`; each rank's status (the group's, if it
+// could not form).
+std::vector<absl::Status> OnTwoRanks(
+    const std::string& group,
+    const std::function<absl::Status(int, Communicator*)>& body) {
+  InMemoryStore store;
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = NewShmCommunicator(
+          store, r, 2, {.group = absl::StrCat(group, ::getpid())});
+      status[r] = comm.ok() ? body(r, comm->get()) : comm.status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return status;
+}
+
 // Rank 0 alone would take the first way, rank 1 alone the second; both take
 // the way whose slowest rank is fastest.
 TEST(GemmChoices, RanksTakeTheSameWayFromTheSlowestRanksTimes) {
   const std::string path = TempPath("two");
   fs::remove(path);
-  InMemoryStore store;
   const std::vector<std::vector<double>> delays = {{0.0, 4.0}, {9.0, 0.0}};
-  std::vector<absl::Status> status(2);
   std::vector<std::vector<int>> ways(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      auto comm = NewShmCommunicator(
-          store, r, 2, {.group = absl::StrCat("choices", ::getpid())});
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      TwoWayBackend backend(delays[r]);
-      const LinearWeight a = E4m3Weight(backend, 32, 64);
-      const LinearWeight* weights[] = {&a};
-      status[r] =
-          ChooseRowGroupGemms(backend, comm->get(), weights, Options(path, 4));
-      for (int64_t rows : {2, 4})
-        ways[r].push_back(backend.WayOf(rows, 32, 64));
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const std::vector<absl::Status> status =
+      OnTwoRanks("choices", [&](int r, Communicator* comm) {
+        TwoWayBackend backend(delays[r]);
+        const LinearWeight a = E4m3Weight(backend, 32, 64);
+        const LinearWeight* weights[] = {&a};
+        const absl::Status s =
+            ChooseRowGroupGemms(backend, comm, weights, Options(path, 4));
+        for (int64_t rows : {2, 4}) {
+          ways[r].push_back(backend.WayOf(rows, 32, 64));
+        }
+        return s;
+      });
   OCTET_EXPECT_OK(status[0]);
   OCTET_EXPECT_OK(status[1]);
   EXPECT_EQ(ways[0], (std::vector<int>{1, 1}));
@@ -314,27 +325,16 @@ TEST(GemmChoices, RanksTakeTheSameWayFromTheSlowestRanksTimes) {
 TEST(GemmChoices, ABadFileOnRankZeroFailsEveryRank) {
   const std::string path = TempPath("bad");
   std::ofstream(path) << "not json";
-  InMemoryStore store;
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      auto comm = NewShmCommunicator(
-          store, r, 2, {.group = absl::StrCat("badchoices", ::getpid())});
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      TwoWayBackend backend({0.0, 0.0});
-      const LinearWeight a = E4m3Weight(backend, 32, 64);
-      const LinearWeight* weights[] = {&a};
-      // Only rank 0 reads the file: rank 1's path names nothing.
-      status[r] =
-          ChooseRowGroupGemms(backend, comm->get(), weights,
-                              Options(r == 0 ? path : TempPath("unread"), 2));
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const std::vector<absl::Status> status =
+      OnTwoRanks("badchoices", [&](int r, Communicator* comm) {
+        TwoWayBackend backend({0.0, 0.0});
+        const LinearWeight a = E4m3Weight(backend, 32, 64);
+        const LinearWeight* weights[] = {&a};
+        // Only rank 0 reads the file: rank 1's path names nothing.
+        return ChooseRowGroupGemms(
+            backend, comm, weights,
+            Options(r == 0 ? path : TempPath("unread"), 2));
+      });
   EXPECT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
   EXPECT_TRUE(absl::StrContains(status[0].message(), path)) << status[0];
   EXPECT_EQ(status[1].code(), absl::StatusCode::kFailedPrecondition)
