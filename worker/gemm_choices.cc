@@ -132,9 +132,8 @@ absl::StatusOr<GemmChoiceFile> GemmChoiceFile::Read(const std::string& path) {
 std::string GemmChoiceFile::Serialize() const {
   Json choices = Json::array();
   for (const GemmChoice& c : choices_) choices.push_back(ToJson(c));
-  return Json{{"octet_gemm_choices", kFileVersion}, {"choices", choices}}.dump(
-             1) +
-         "\n";
+  const Json file{{"octet_gemm_choices", kFileVersion}, {"choices", choices}};
+  return file.dump(1) + "\n";
 }
 
 absl::Status GemmChoiceFile::Write(const std::string& path) const {
@@ -213,8 +212,8 @@ Problems ListProblems(absl::Span<const LinearWeight* const> weights,
   return p;
 }
 
-// `values` made the same on every rank by `collective` (run on a copy in
-// the backend's memory, the communicator's).
+// `values` made the same on every rank by the collective `op` (run on a
+// copy in the backend's memory, the communicator's).
 absl::Status OnEveryRank(Backend& backend, Communicator& comm,
                          std::vector<float>* values,
                          const std::function<absl::Status(float*)>& op) {
@@ -372,6 +371,9 @@ absl::Status ChooseRowGroupGemms(Backend& backend, Communicator* comm,
   const Backend::GemmWays ways = backend.RowGroupGemmWays();
   const int w = static_cast<int>(ways.names.size());
   if (w < 2 || weights.empty()) return absl::OkStatus();
+  if (options.reps < 1) {
+    return absl::InvalidArgumentError("GEMM choices: reps must be >= 1");
+  }
   const Problems p = ListProblems(weights, options.max_rows);
   const size_t n = p.list.size();
   if (n == 0) return absl::OkStatus();
