@@ -104,12 +104,12 @@ struct Problem {
 };
 
 // binary32 activations -> the binary32 dot format of the scalar and AVX2
-// kernels: rows padded to `k_pad` with zeros.
-void PrepareF32(const float* x, int64_t m, int64_t k, int64_t k_pad,
+// kernels: rows `ld` apart, padded to `k_pad` with zeros.
+void PrepareF32(const float* x, int64_t m, int64_t k, int64_t k_pad, int64_t ld,
                 float* out) {
   for (int64_t r = 0; r < m; ++r) {
-    std::memcpy(out + r * k_pad, x + r * k, k * sizeof(float));
-    std::fill(out + r * k_pad + k, out + (r + 1) * k_pad, 0.0f);
+    std::memcpy(out + r * ld, x + r * k, k * sizeof(float));
+    std::fill(out + r * ld + k, out + r * ld + k_pad, 0.0f);
   }
 }
 
@@ -123,32 +123,49 @@ void CopyColumns(const T* src, int64_t ld, int64_t rows, int64_t col,
   }
 }
 
-// A[m][k] (dense) -> the kernels' dot format, dst [m][k_pad].
+// A[m][k] (dense) -> the kernels' dot format, dst [m][ld], each row padded
+// to k_pad.
 template <typename A>
 void PrepareA(const GemmKernels& kern, const A* a, int64_t m, int64_t k,
-              int64_t k_pad, void* dst) {
+              int64_t k_pad, int64_t ld, void* dst) {
   if constexpr (std::is_same_v<A, uint8_t>) {
-    kern.prepare_a_e4m3(a, m, k, dst);
+    kern.prepare_a_e4m3(a, m, k, ld, dst);
   } else if constexpr (std::is_same_v<A, Bf16>) {
-    kern.prepare_a_bf16(a, m, k, dst);
+    kern.prepare_a_bf16(a, m, k, ld, dst);
   } else {
     static_assert(std::is_same_v<A, float>);
-    PrepareF32(a, m, k, k_pad, static_cast<float*>(dst));
+    PrepareF32(a, m, k, k_pad, ld, static_cast<float*>(dst));
   }
+}
+
+// The distance in elements between prepared rows of k_pad elements: k_pad,
+// plus one cache line where that would put the rows a multiple of 4 KiB
+// apart. Rows 4 KiB apart fall in the same set of an L1 whose 4 KiB way
+// holds 64 sets (8-way 32 KiB, 12-way 48 KiB): the 8 activation rows and
+// 3 weight rows one step of a bfloat16 tile loads (K = 4096: 8 KiB rows)
+// would then take 11 lines of one 8-way set, evicting each other on every
+// step. A line further apart, they spread over consecutive sets.
+int64_t PreparedStride(int64_t k_pad, size_t dot_bytes) {
+  constexpr int64_t kLine = 64, kWay = 4096;
+  const int64_t bytes = k_pad * static_cast<int64_t>(dot_bytes);
+  return bytes % kWay == 0 ? k_pad + kLine / static_cast<int64_t>(dot_bytes)
+                           : k_pad;
 }
 
 // Every buffer with K in it holds the K blocks one after another, each
 // prepared (padded, reordered) as if it were a whole K of its own:
-// prepared A is [blocks][m][kb_pad], converted weights [blocks][rows]
-// [kb_pad], the raw sums [blocks][m][n]. One block is the plain GEMM.
+// prepared A is [blocks][m][ld], converted weights [blocks][rows][ld], the
+// raw sums [blocks][m][n]; a row's elements past kb_pad are never read. One
+// block is the plain GEMM.
 struct BlockLayout {
   BlockLayout(const GemmKernels& kern, int64_t k, int64_t m, int64_t blocks)
       : blocks(blocks),
         kb(k / blocks),
         kb_pad((kb + kern.k_align - 1) / kern.k_align * kern.k_align),
-        row_bytes(kb_pad * static_cast<int64_t>(kern.dot_bytes)),
+        ld(PreparedStride(kb_pad, kern.dot_bytes)),
+        row_bytes(ld * static_cast<int64_t>(kern.dot_bytes)),
         a_block_bytes(m * row_bytes) {}
-  int64_t blocks, kb, kb_pad, row_bytes, a_block_bytes;
+  int64_t blocks, kb, kb_pad, ld, row_bytes, a_block_bytes;
 };
 
 // A in the kernels' dot format, block after block, in this thread's
@@ -158,14 +175,14 @@ char* PrepareABlocks(const GemmKernels& kern, const Problem<A, B>& p,
                      const BlockLayout& l) {
   char* a = ThreadScratch<Scratch::kPreparedA>(l.blocks * l.a_block_bytes);
   if (l.blocks == 1) {
-    PrepareA(kern, p.a, p.m, p.k, l.kb_pad, a);
+    PrepareA(kern, p.a, p.m, p.k, l.kb_pad, l.ld, a);
     return a;
   }
   A* packed = reinterpret_cast<A*>(
       ThreadScratch<Scratch::kPackedA>(p.m * l.kb * sizeof(A)));
   for (int64_t j = 0; j < l.blocks; ++j) {
     CopyColumns(p.a, p.k, p.m, j * l.kb, l.kb, packed);
-    PrepareA(kern, packed, p.m, l.kb, l.kb_pad, a + j * l.a_block_bytes);
+    PrepareA(kern, packed, p.m, l.kb, l.kb_pad, l.ld, a + j * l.a_block_bytes);
   }
   return a;
 }
@@ -196,10 +213,10 @@ void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
         CopyColumns(src, p.k, rows, j * l.kb, l.kb, packed);
         src = packed;
       }
-      kern.convert_b_e4m3(src, rows, l.kb, b + j * rows * l.row_bytes);
+      kern.convert_b_e4m3(src, rows, l.kb, l.ld, b + j * rows * l.row_bytes);
     }
     kern.prepared_rows(
-        a, l.kb_pad, p.m, b, l.kb_pad, converted_k, 0, rows, sums + c0, p.n,
+        a, l.ld, p.m, b, l.ld, converted_k, 0, rows, sums + c0, p.n,
         KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
   }
 }
@@ -236,15 +253,15 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
       if (p.m > kern.stream_max_m) {
         RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
       } else {
-        kern.e4m3_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+        kern.e4m3_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
                        raw_blocks);
       }
     } else if constexpr (std::is_same_v<B, Bf16>) {
-      kern.bf16_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+      kern.bf16_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
                      raw_blocks);
     } else {
-      kern.prepared_rows(a, l.kb_pad, p.m, p.b, p.k, l.kb, col0, col1, sums,
-                         p.n, raw_blocks);
+      kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+                         raw_blocks);
     }
     if (l.blocks > 1) {
       for (int64_t row = 0; row < p.m; ++row) {

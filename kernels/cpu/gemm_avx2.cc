@@ -125,28 +125,30 @@ struct TileOf {
 
 int64_t Padded(int64_t k) { return (k + kAlign - 1) / kAlign * kAlign; }
 
-void PrepareE4m3(const uint8_t* q, int64_t m, int64_t k, void* dst) {
+void PrepareE4m3(const uint8_t* q, int64_t m, int64_t k, int64_t ld,
+                 void* dst) {
   float* out = static_cast<float*>(dst);
   const int64_t kp = Padded(k);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t i = 0; i < kp; ++i) {
-      out[r * kp + i] = i < k ? kE4m3DecodeTable[q[r * k + i]] : 0.0f;
+      out[r * ld + i] = i < k ? kE4m3DecodeTable[q[r * k + i]] : 0.0f;
     }
   }
 }
 
-void PrepareBf16(const Bf16* a, int64_t m, int64_t k, void* dst) {
+void PrepareBf16(const Bf16* a, int64_t m, int64_t k, int64_t ld, void* dst) {
   float* out = static_cast<float*>(dst);
   const int64_t kp = Padded(k);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t i = 0; i < kp; ++i) {
-      out[r * kp + i] = i < k ? Bf16Value(a[r * k + i]) : 0.0f;
+      out[r * ld + i] = i < k ? Bf16Value(a[r * k + i]) : 0.0f;
     }
   }
 }
 
 // e4m3 weight rows -> binary32 times 2^-8 (as the streaming tile sees them).
-void ConvertE4m3(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
+void ConvertE4m3(const uint8_t* q, int64_t rows, int64_t k, int64_t ld,
+                 void* dst) {
   float* out = static_cast<float*>(dst);
   const int64_t kp = Padded(k);
   for (int64_t r = 0; r < rows; ++r) {
@@ -154,11 +156,11 @@ void ConvertE4m3(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
     for (; i + 16 <= k; i += 16) {
       __m256 lo, hi;
       DecodeE4m3x16(q + r * k + i, lo, hi);
-      _mm256_storeu_ps(out + r * kp + i, lo);
-      _mm256_storeu_ps(out + r * kp + i + 8, hi);
+      _mm256_storeu_ps(out + r * ld + i, lo);
+      _mm256_storeu_ps(out + r * ld + i + 8, hi);
     }
     for (; i < kp; ++i) {
-      out[r * kp + i] = i < k ? Weight<uint8_t>::Scalar(q[r * k + i]) : 0.0f;
+      out[r * ld + i] = i < k ? Weight<uint8_t>::Scalar(q[r * k + i]) : 0.0f;
     }
   }
 }

@@ -30,9 +30,13 @@ constexpr int kMaxMPerTile = 4;  // activation rows per tile
 // The bfloat16 tile (BF16 weights, and e4m3 ones converted for large M):
 // more activation rows per tile, so that each weight vector loaded from L2
 // serves more of them (NB * MB accumulators + NB weights + 1 activation
-// fit in the 32 vector registers).
-constexpr int kBf16RowsPerTile = 3;
-constexpr int kBf16MaxMPerTile = 8;
+// fit in the 32 vector registers). 4 x 6 loads 10 vectors per 24 dot
+// products; on a Zen 4 VM (bench_gemm, M = 128 and 512, the four Mistral-7B
+// shapes, 2026-12-05) it ran BF16 at 64-74% of the measured peak where
+// 3 x 8 (11 loads) ran at 58-69%; 5 x 5 and 6 x 4 were no better, and worse
+// at K = 14336.
+constexpr int kBf16RowsPerTile = 4;
+constexpr int kBf16MaxMPerTile = 6;
 // The streaming e4m3 tile for M above kMaxMPerTile (up to stream_max_m, two
 // such tiles): 8 rows share each decoded weight vector, so each weight is
 // decoded once per 8 rows rather than per 4. (Measured at M = 16: fp8q /
@@ -289,9 +293,10 @@ struct Bf16Tile {
 
 int64_t Padded(int64_t k) { return (k + kAlign - 1) / kAlign * kAlign; }
 
-// e4m3 rows -> decoder-ordered bfloat16 rows of Padded(k), zero-padded.
-// Serves both activations (prepare) and weight blocks (convert).
-void DecodeRows(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
+// e4m3 rows -> decoder-ordered bfloat16 rows of Padded(k), zero-padded,
+// `ld` apart. Serves both activations (prepare) and weight blocks (convert).
+void DecodeRows(const uint8_t* q, int64_t rows, int64_t k, int64_t ld,
+                void* dst) {
   const E4m3Decoder dec;
   Bf16* out = static_cast<Bf16*>(dst);
   const int64_t kp = Padded(k);
@@ -299,18 +304,18 @@ void DecodeRows(const uint8_t* q, int64_t rows, int64_t k, void* dst) {
     for (int64_t i = 0; i < kp; i += 64) {
       __m512i w0, w1;
       dec.Decode(_mm512_maskz_loadu_epi8(Mask64(k - i), q + r * k + i), w0, w1);
-      _mm512_storeu_si512(out + r * kp + i, w0);
-      _mm512_storeu_si512(out + r * kp + i + 32, w1);
+      _mm512_storeu_si512(out + r * ld + i, w0);
+      _mm512_storeu_si512(out + r * ld + i + 32, w1);
     }
   }
 }
 
-void PrepareBf16(const Bf16* a, int64_t m, int64_t k, void* dst) {
+void PrepareBf16(const Bf16* a, int64_t m, int64_t k, int64_t ld, void* dst) {
   Bf16* out = static_cast<Bf16*>(dst);
   const int64_t kp = Padded(k);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t i = 0; i < kp; i += 32) {
-      _mm512_storeu_si512(out + r * kp + i, _mm512_maskz_loadu_epi16(
+      _mm512_storeu_si512(out + r * ld + i, _mm512_maskz_loadu_epi16(
                                                 Mask32(k - i), a + r * k + i));
     }
   }

@@ -53,9 +53,12 @@ struct GemmKernels {
   int k_align;       // prepared rows are padded to a multiple of this
   size_t dot_bytes;  // bytes per prepared element (4: binary32, 2: bf16)
 
-  // Prepare activations: dst is [m][round_up(k, k_align)], zero-padded.
-  void (*prepare_a_e4m3)(const uint8_t* qa, int64_t m, int64_t k, void* dst);
-  void (*prepare_a_bf16)(const Bf16* a, int64_t m, int64_t k, void* dst);
+  // Prepare activations: dst is [m][ld], each row's first round_up(k,
+  // k_align) elements written (zero past k); ld >= round_up(k, k_align).
+  void (*prepare_a_e4m3)(const uint8_t* qa, int64_t m, int64_t k, int64_t ld,
+                         void* dst);
+  void (*prepare_a_bf16)(const Bf16* a, int64_t m, int64_t k, int64_t ld,
+                         void* dst);
 
   // Streaming kernels over the raw weights.
   RowsKernel<uint8_t> e4m3_rows;
@@ -65,9 +68,10 @@ struct GemmKernels {
   int stream_max_m;
   RowsKernel<Bf16> bf16_rows;
 
-  // e4m3 weight rows -> prepared format ([rows][round_up(k, k_align)]), and
-  // the kernel over prepared weights.
-  void (*convert_b_e4m3)(const uint8_t* b, int64_t rows, int64_t k, void* dst);
+  // e4m3 weight rows -> prepared format (as prepare_a_e4m3, [rows][ld]),
+  // and the kernel over prepared weights.
+  void (*convert_b_e4m3)(const uint8_t* b, int64_t rows, int64_t k, int64_t ld,
+                         void* dst);
   RowsKernel<void> prepared_rows;
   // Weight rows per prepared_rows tile: blocks of converted weights are
   // made a multiple of it, so that no block ends in narrower tiles.

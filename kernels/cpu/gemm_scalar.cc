@@ -12,9 +12,12 @@ inline float Value(Bf16 v) { return Bf16ToFloat(v); }
 inline float Value(float v) { return v; }
 
 template <typename Src>
-void PrepareRef(const Src* src, int64_t rows, int64_t k, void* dst) {
+void PrepareRef(const Src* src, int64_t rows, int64_t k, int64_t ld,
+                void* dst) {
   float* out = static_cast<float*>(dst);
-  for (int64_t i = 0; i < rows * k; ++i) out[i] = Value(src[i]);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < k; ++i) out[r * ld + i] = Value(src[r * k + i]);
+  }
 }
 
 template <typename W>
