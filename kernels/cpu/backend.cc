@@ -1,8 +1,9 @@
 // CpuBackend, the Backend of kernels/cpu/backend.h: each operation checks
 // what it cheaply can and hands the work to the CPU kernels (gemm.h,
-// quantize.h, ops.h), binary32 throughout. Row groups (one FP8 scale per
-// sequence) are host memory here, so they are checked for their rules and
-// spread into one scale per row before a GEMM. It has block sums
+// quantize.h, ops.h), on binary32 activations (which a GEMM over bfloat16
+// weights rounds to bfloat16 first: UnquantizedSums). Row groups (one FP8
+// scale per sequence) are host memory here, so they are checked for their
+// rules and spread into one scale per row before a GEMM. It has block sums
 // (GemmBlockSums, ScaleRows: docs/design.md, "TP invariance") and captures
 // nothing; its "device" memory is host memory from AlignedAllocator
 // (kernels/aligned.h), rounded up to whole cache lines.
@@ -176,8 +177,8 @@ class CpuBackend : public Backend {
     if (y_dtype != DType::kF32) {
       return absl::InvalidArgumentError("CPU Gemm: output must be f32");
     }
-    return GemmF32(static_cast<const float*>(x), w.data.data(), w.dtype, rows,
-                   w.out, w.in, static_cast<float*>(y), options_);
+    return UnquantizedSums(static_cast<const float*>(x), rows, w, 1,
+                           static_cast<float*>(y));
   }
   absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,
                       const RowGroups& groups, float* absmax) override {
@@ -259,9 +260,8 @@ class CpuBackend : public Backend {
                                       w.data.as<uint8_t>(), rows, w.out, w.in,
                                       k_blocks, sums, options_);
     }
-    return GemmF32BlockSums(static_cast<const float*>(x), w.data.data(),
-                            w.dtype, rows, w.out, w.in, k_blocks, sums,
-                            options_);
+    return UnquantizedSums(static_cast<const float*>(x), rows, w, k_blocks,
+                           sums);
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
@@ -329,6 +329,21 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // An unquantized GEMM's sums over `k_blocks` blocks of K: bfloat16
+  // weights take bfloat16 dot products (the activations rounded to
+  // bfloat16, as every BF16 engine does; docs/design.md, "FP8 numerics"),
+  // binary32 weights binary32 ones.
+  absl::Status UnquantizedSums(const float* x, int64_t rows,
+                               const LinearWeight& w, int64_t k_blocks,
+                               float* sums) {
+    if (w.dtype == DType::kBf16) {
+      return GemmRoundedBf16BlockSums(x, w.data.as<Bf16>(), rows, w.out, w.in,
+                                      k_blocks, sums, options_);
+    }
+    return GemmF32BlockSums(x, w.data.data(), w.dtype, rows, w.out, w.in,
+                            k_blocks, sums, options_);
+  }
+
   // The values `in` produces, in produced_ (grown to the largest call).
   absl::StatusOr<const float*> Produce(const FusedInput& in, int64_t rows,
                                        int64_t cols) {

@@ -68,6 +68,7 @@ void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
 // steady-state calls allocate nothing. The calling thread also runs parallel
 // tasks, so each use has its own slot.
 enum class Scratch {
+  kRoundedA,
   kPreparedA,
   kPackedA,
   kSums,
@@ -351,6 +352,23 @@ absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       const CpuKernelOptions& options) {
   return Run(Problem<Bf16, Bf16>{a, b, m, n, k, nullptr, 1.0f, y, y_dtype},
              options, "GemmBf16");
+}
+
+absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
+                                      int64_t n, int64_t k, int64_t k_blocks,
+                                      float* y,
+                                      const CpuKernelOptions& options) {
+  const char* what =
+      k_blocks == 1 ? "GemmRoundedBf16" : "GemmRoundedBf16BlockSums";
+  // Checked before rounding, which reads A: Run checks them again.
+  absl::Status args = CheckGemmArgs(a, b, m, n, k, y, DType::kF32, what);
+  if (!args.ok()) return args;
+  Bf16* rounded = reinterpret_cast<Bf16*>(
+      ThreadScratch<Scratch::kRoundedA>(m * k * sizeof(Bf16)));
+  for (int64_t i = 0; i < m * k; ++i) rounded[i] = FloatToBf16(a[i]);
+  return Run(Problem<Bf16, Bf16>{rounded, b, m, n, k, nullptr, 1.0f, y,
+                                 DType::kF32, k_blocks},
+             options, what);
 }
 
 absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,

@@ -64,10 +64,21 @@ absl::Status GemmBf16(const Bf16* a, const Bf16* b, int64_t m, int64_t n,
                       int64_t k, void* y, DType y_dtype,
                       const CpuKernelOptions& options = {});
 
+// Y = bf16(A) · Bᵀ for binary32 activations A, each rounded to bfloat16
+// (nearest even) first, and bfloat16 weights B, Y in binary32: GemmBf16 of
+// the rounded A, whose products are exact, on vdpbf16ps where the level has
+// it. K is cut into `k_blocks` blocks summed as GemmE4m3BlockSums does
+// (k_blocks = 1: the plain GEMM). The unquantized linear layers of the CPU
+// backend whose weights are bfloat16.
+absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
+                                      int64_t n, int64_t k, int64_t k_blocks,
+                                      float* y,
+                                      const CpuKernelOptions& options = {});
+
 // Y = A · Bᵀ for binary32 activations A and binary32 or bfloat16 weights B
 // (`b_dtype`), Y in binary32: the unquantized linear layers of the CPU
-// backend (whose activations are binary32). Products are exact for bfloat16
-// weights; accumulation in binary32.
+// backend whose weights are binary32 (activations are binary32 there).
+// Products are exact for bfloat16 weights; accumulation in binary32.
 absl::Status GemmF32(const float* a, const void* b, DType b_dtype, int64_t m,
                      int64_t n, int64_t k, float* y,
                      const CpuKernelOptions& options = {});

@@ -121,6 +121,46 @@ TEST_P(GemmTest, F32ActivationsMatchFp64ReferenceOnOddShapes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The unquantized GEMM over bfloat16 weights is GemmBf16 of the activations
+// rounded to bfloat16, nearest even (ties included), bit for bit.
+TEST_P(GemmTest, RoundedBf16IsGemmBf16OfTheRoundedActivations) {
+  std::vector<Shape> shapes = OddShapes();
+  shapes.push_back({40, 19, 3000});  // K in chunks, M past the tiles
+  for (const Shape& s : shapes) {
+    const auto a16 = RandomBf16(s.m * s.k, 7 + s.m + s.k);
+    const auto b16 = RandomBf16(s.n * s.k, 8 + s.n + s.k);
+    std::vector<float> a(s.m * s.k);
+    std::vector<Bf16> rounded(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      // Every third value a tie (half a bfloat16 step above one), the rest
+      // with full binary32 mantissas.
+      const uint32_t bits = std::bit_cast<uint32_t>(Bf16ToFloat(a16[i]));
+      a[i] = i % 3 == 0 ? std::bit_cast<float>(bits | 0x8000u)
+                        : Bf16ToFloat(a16[i]) * 1.00390625f + 1e-3f;
+      rounded[i] = FloatToBf16(a[i]);
+    }
+    std::vector<float> want(s.m * s.n), got(s.m * s.n);
+    ASSERT_TRUE(GemmBf16(rounded.data(), b16.data(), s.m, s.n, s.k, want.data(),
+                         DType::kF32, Options())
+                    .ok());
+    ASSERT_TRUE(GemmRoundedBf16BlockSums(a.data(), b16.data(), s.m, s.n, s.k, 1,
+                                         got.data(), Options(2))
+                    .ok());
+    for (int64_t i = 0; i < s.m * s.n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
+                std::bit_cast<uint32_t>(got[i]))
+          << "M=" << s.m << " N=" << s.n << " K=" << s.k << " at " << i;
+    }
+  }
+  float x = 1.0f;
+  const Bf16 w = FloatToBf16(1.0f);
+  EXPECT_EQ(
+      GemmRoundedBf16BlockSums(nullptr, &w, 1, 1, 1, 1, &x, Options()).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GemmRoundedBf16BlockSums(&x, &w, -1, 1, 1, 1, &x, Options()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(GemmTest, ThreadCountDoesNotChangeResults) {
   for (const Shape& s :
        {Shape{1, 1000, 777}, Shape{5, 333, 129}, Shape{40, 700, 600}}) {
@@ -289,16 +329,22 @@ TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
     const auto wb = RandomBf16(s.n * s.k, 43 + s.k);
     std::vector<float> a(s.m * s.k);
     for (size_t i = 0; i < a.size(); ++i) a[i] = DecodeE4m3(qa[i]) * 0.7f;
-    std::vector<float> whole(s.m * s.n), whole_f32(s.m * s.n);
+    std::vector<float> whole(s.m * s.n), whole_f32(s.m * s.n),
+        whole_rounded(s.m * s.n);
     ASSERT_TRUE(GemmE4m3BlockSums(qa.data(), qb.data(), s.m, s.n, s.k, kBlocks,
                                   whole.data(), Options(2))
                     .ok());
     ASSERT_TRUE(GemmF32BlockSums(a.data(), wb.data(), DType::kBf16, s.m, s.n,
                                  s.k, kBlocks, whole_f32.data(), Options(2))
                     .ok());
+    ASSERT_TRUE(GemmRoundedBf16BlockSums(a.data(), wb.data(), s.m, s.n, s.k,
+                                         kBlocks, whole_rounded.data(),
+                                         Options(2))
+                    .ok());
     for (int64_t ranks : {2, 4, 8}) {
       const int64_t k_rank = s.k / ranks;
-      std::vector<float> parts(ranks * s.m * s.n), parts_f32(parts.size());
+      std::vector<float> parts(ranks * s.m * s.n), parts_f32(parts.size()),
+          parts_rounded(parts.size());
       for (int64_t r = 0; r < ranks; ++r) {
         const int64_t begin = r * k_rank, end = begin + k_rank;
         const auto qa_r = KSlice(qa, s.m, s.k, begin, end);
@@ -314,9 +360,15 @@ TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
                                      parts_f32.data() + r * s.m * s.n,
                                      Options())
                         .ok());
+        ASSERT_TRUE(GemmRoundedBf16BlockSums(
+                        a_r.data(), wb_r.data(), s.m, s.n, k_rank,
+                        kBlocks / ranks, parts_rounded.data() + r * s.m * s.n,
+                        Options())
+                        .ok());
       }
       TreeSum(parts.data(), ranks, s.m * s.n, s.m * s.n);
       TreeSum(parts_f32.data(), ranks, s.m * s.n, s.m * s.n);
+      TreeSum(parts_rounded.data(), ranks, s.m * s.n, s.m * s.n);
       for (int64_t i = 0; i < s.m * s.n; ++i) {
         ASSERT_EQ(std::bit_cast<uint32_t>(whole[i]),
                   std::bit_cast<uint32_t>(parts[i]))
@@ -326,6 +378,10 @@ TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
                   std::bit_cast<uint32_t>(parts_f32[i]))
             << "f32 M=" << s.m << " K=" << s.k << " TP=" << ranks << " at "
             << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(whole_rounded[i]),
+                  std::bit_cast<uint32_t>(parts_rounded[i]))
+            << "rounded bf16 M=" << s.m << " K=" << s.k << " TP=" << ranks
+            << " at " << i;
       }
     }
     // Scaled afterwards, one block is the plain GEMM.

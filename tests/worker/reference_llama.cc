@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/bf16.h"
 #include "kernels/fp8.h"
 #include "worker/linear_loader.h"
 
@@ -71,10 +72,18 @@ Weights Projection(const Checkpoint& ckpt,
 // scale (per tensor, or per token), and the dot products of code values are
 // multiplied by the binary32 product of the two scales, as the contract's
 // GEMM does.
+// ReferenceOptions::bf16_inputs's rounding of one input value.
+double RoundToBf16(double v) {
+  return Bf16ToFloat(FloatToBf16(static_cast<float>(v)));
+}
+
 Matrix Apply(const Weights& w, const Matrix& x, int64_t tokens,
              const ReferenceOptions& o,
              std::vector<std::vector<uint8_t>>* codes) {
   Matrix xq = x;
+  if (!o.fp8 && o.bf16_inputs) {
+    for (double& v : xq) v = RoundToBf16(v);
+  }
   std::vector<float> x_scale(tokens, 1.0f);  // each token's
   if (o.fp8) {
     codes->emplace_back();
@@ -260,8 +269,10 @@ ReferenceResult ReferenceForward(const Checkpoint& ckpt,
     std::vector<double> logits(c.vocab_size);
     for (int64_t v = 0; v < c.vocab_size; ++v) {
       double dot = 0;
-      for (int64_t i = 0; i < h; ++i)
-        dot += final_x[t * h + i] * head[v * h + i];
+      for (int64_t i = 0; i < h; ++i) {
+        const double xi = final_x[t * h + i];
+        dot += (options.bf16_inputs ? RoundToBf16(xi) : xi) * head[v * h + i];
+      }
       logits[v] = dot;
     }
     result.logits.push_back(std::move(logits));

@@ -1,8 +1,9 @@
 // An independent, straightforward fp64 implementation of the Llama-family
 // forward pass, for checking worker/llama_model against. It shares nothing
 // with the model code but the checkpoint reader and, for FP8, the contract's
-// own scalar definitions (kernels/fp8.h): every quantization happens at
-// exactly the contract's points, in the contract's precision.
+// own scalar definitions (kernels/fp8.h; base/bf16.h for bfloat16 inputs):
+// every quantization happens at exactly the contract's points, in the
+// contract's precision.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,10 @@ struct ReferenceOptions {
   // compressed-tensors "fp8-channel-token" checkpoint's scheme).
   bool per_channel = false;
   bool per_token = false;
+  // Round the input of every unquantized product (the layers' without fp8,
+  // and the lm_head's) to binary32 and then to bfloat16 (nearest even), as
+  // the CPU backend does before a GEMM over bfloat16 weights.
+  bool bf16_inputs = false;
 };
 
 struct ReferenceResult {
