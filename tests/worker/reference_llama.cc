@@ -67,16 +67,16 @@ Weights Projection(const Checkpoint& ckpt,
   return out;
 }
 
-// y[t][r] = sum_c x[t][c] * w[r][c]. With fp8, x is first rounded to binary32
-// (the model's activation dtype on the CPU) and quantized with its own
-// scale (per tensor, or per token), and the dot products of code values are
-// multiplied by the binary32 product of the two scales, as the contract's
-// GEMM does.
 // ReferenceOptions::bf16_inputs's rounding of one input value.
 double RoundToBf16(double v) {
   return Bf16ToFloat(FloatToBf16(static_cast<float>(v)));
 }
 
+// y[t][r] = sum_c x[t][c] * w[r][c]. With fp8, x is first rounded to binary32
+// (the model's activation dtype on the CPU) and quantized with its own
+// scale (per tensor, or per token), and the dot products of code values are
+// multiplied by the binary32 product of the two scales, as the contract's
+// GEMM does. Without fp8, bf16_inputs rounds x to bfloat16 (via binary32).
 Matrix Apply(const Weights& w, const Matrix& x, int64_t tokens,
              const ReferenceOptions& o,
              std::vector<std::vector<uint8_t>>* codes) {
