@@ -68,7 +68,6 @@ void Finish(const float* c, int64_t ldc, int64_t m, int64_t col0, int64_t col1,
 // steady-state calls allocate nothing. The calling thread also runs parallel
 // tasks, so each use has its own slot.
 enum class Scratch {
-  kRoundedA,
   kPreparedA,
   kPackedA,
   kSums,
@@ -90,7 +89,8 @@ char* ThreadScratch(size_t bytes) {
 // scale_b alone when scale_a is null (the unquantized GEMMs: 1); with
 // scale_b_cols, element (r, c) by scale_a[r] * scale_b_cols[c] instead. K
 // is cut into k_blocks equal blocks, each summed on its own, added by
-// TreeSum.
+// TreeSum. With round_a, binary32 activations are rounded to bfloat16 as
+// they are prepared (GemmRoundedBf16BlockSums).
 template <typename A, typename B>
 struct Problem {
   const A* a;
@@ -102,6 +102,7 @@ struct Problem {
   DType y_dtype;
   int64_t k_blocks = 1;
   const float* scale_b_cols = nullptr;
+  bool round_a = false;
 };
 
 // binary32 activations -> the binary32 dot format of the scalar and AVX2
@@ -124,18 +125,40 @@ void CopyColumns(const T* src, int64_t ld, int64_t rows, int64_t col,
   }
 }
 
+// binary32 activations rounded to bfloat16 (nearest even), in a bfloat16
+// GEMM's dot format: bfloat16 (dot_bytes 2: natural K order on AVX-512) or
+// the bfloat16 values in binary32; rows `ld` apart, padded to `k_pad` with
+// zeros.
+void PrepareRoundedF32(const GemmKernels& kern, const float* x, int64_t m,
+                       int64_t k, int64_t k_pad, int64_t ld, void* dst) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < k_pad; ++i) {
+      const Bf16 v = i < k ? FloatToBf16(x[r * k + i]) : Bf16{0};
+      if (kern.dot_bytes == 2) {
+        static_cast<Bf16*>(dst)[r * ld + i] = v;
+      } else {
+        static_cast<float*>(dst)[r * ld + i] = Bf16ToFloat(v);
+      }
+    }
+  }
+}
+
 // A[m][k] (dense) -> the kernels' dot format, dst [m][ld], each row padded
-// to k_pad.
+// to k_pad; binary32 A rounded to bfloat16 with round_a.
 template <typename A>
 void PrepareA(const GemmKernels& kern, const A* a, int64_t m, int64_t k,
-              int64_t k_pad, int64_t ld, void* dst) {
+              int64_t k_pad, int64_t ld, bool round_a, void* dst) {
   if constexpr (std::is_same_v<A, uint8_t>) {
     kern.prepare_a_e4m3(a, m, k, ld, dst);
   } else if constexpr (std::is_same_v<A, Bf16>) {
     kern.prepare_a_bf16(a, m, k, ld, dst);
   } else {
     static_assert(std::is_same_v<A, float>);
-    PrepareF32(a, m, k, k_pad, ld, static_cast<float*>(dst));
+    if (round_a) {
+      PrepareRoundedF32(kern, a, m, k, k_pad, ld, dst);
+    } else {
+      PrepareF32(a, m, k, k_pad, ld, static_cast<float*>(dst));
+    }
   }
 }
 
@@ -176,14 +199,15 @@ char* PrepareABlocks(const GemmKernels& kern, const Problem<A, B>& p,
                      const BlockLayout& l) {
   char* a = ThreadScratch<Scratch::kPreparedA>(l.blocks * l.a_block_bytes);
   if (l.blocks == 1) {
-    PrepareA(kern, p.a, p.m, p.k, l.kb_pad, l.ld, a);
+    PrepareA(kern, p.a, p.m, p.k, l.kb_pad, l.ld, p.round_a, a);
     return a;
   }
   A* packed = reinterpret_cast<A*>(
       ThreadScratch<Scratch::kPackedA>(p.m * l.kb * sizeof(A)));
   for (int64_t j = 0; j < l.blocks; ++j) {
     CopyColumns(p.a, p.k, p.m, j * l.kb, l.kb, packed);
-    PrepareA(kern, packed, p.m, l.kb, l.kb_pad, l.ld, a + j * l.a_block_bytes);
+    PrepareA(kern, packed, p.m, l.kb, l.kb_pad, l.ld, p.round_a,
+             a + j * l.a_block_bytes);
   }
   return a;
 }
@@ -295,10 +319,12 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
                           ? 1
                           : cpu_internal::ThreadCount(options);
   // binary32 activations use the binary32 kernels: on AVX-512 machines the
-  // AVX2 ones (the AVX-512 level computes in bfloat16).
-  const CpuIsa level = std::is_same_v<A, float> && *isa == CpuIsa::kAvx512
-                           ? CpuIsa::kAvx2
-                           : *isa;
+  // AVX2 ones (the AVX-512 level computes in bfloat16), unless they are
+  // rounded to bfloat16 (round_a).
+  const CpuIsa level =
+      std::is_same_v<A, float> && !p.round_a && *isa == CpuIsa::kAvx512
+          ? CpuIsa::kAvx2
+          : *isa;
   RunKernels(GemmKernelsFor(level), p, threads);
   return absl::OkStatus();
 }
@@ -358,17 +384,11 @@ absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
                                       int64_t n, int64_t k, int64_t k_blocks,
                                       float* y,
                                       const CpuKernelOptions& options) {
-  const char* what =
-      k_blocks == 1 ? "GemmRoundedBf16" : "GemmRoundedBf16BlockSums";
-  // Checked before rounding, which reads A: Run checks them again.
-  absl::Status args = CheckGemmArgs(a, b, m, n, k, y, DType::kF32, what);
-  if (!args.ok()) return args;
-  Bf16* rounded = reinterpret_cast<Bf16*>(
-      ThreadScratch<Scratch::kRoundedA>(m * k * sizeof(Bf16)));
-  for (int64_t i = 0; i < m * k; ++i) rounded[i] = FloatToBf16(a[i]);
-  return Run(Problem<Bf16, Bf16>{rounded, b, m, n, k, nullptr, 1.0f, y,
-                                 DType::kF32, k_blocks},
-             options, what);
+  Problem<float, Bf16> p{a,       b,    m, n,           k,
+                         nullptr, 1.0f, y, DType::kF32, k_blocks};
+  p.round_a = true;  // rounded as the driver prepares A: no pass of its own
+  return Run(p, options,
+             k_blocks == 1 ? "GemmRoundedBf16" : "GemmRoundedBf16BlockSums");
 }
 
 absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,
