@@ -347,37 +347,40 @@ float* PartialScratch(size_t floats) {
   return buffer.data;
 }
 
+// ChunkedRowsDriver with Tile<NB, MB>, its partial sums in this thread's
+// scratch (rows of sizeof(W) * ldb bytes).
+template <int NB, int MB, template <int, int> class Tile, typename W>
+void RunChunked(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
+                int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
+                const KBlocks& blocks) {
+  const int64_t b_row_bytes = static_cast<int64_t>(sizeof(W)) * ldb;
+  ChunkedRowsDriver<NB, MB, Tile>(
+      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, b_row_bytes,
+      PartialScratch(ChunkedPartialFloats<NB, MB>(b_row_bytes)));
+}
+
 void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
               int64_t ldb, int64_t k, int64_t n0, int64_t n1, float* c,
               int64_t ldc, const KBlocks& blocks) {
   if (m > kMaxMPerTile) {  // two tiles' worth of rows: a taller tile
-    ChunkedRowsDriver<kE4m3TallRowsPerTile, kE4m3TallMaxMPerTile, E4m3Tile>(
-        a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, ldb,
-        PartialScratch(
-            ChunkedPartialFloats<kE4m3TallRowsPerTile, kE4m3TallMaxMPerTile>(
-                ldb)));
+    RunChunked<kE4m3TallRowsPerTile, kE4m3TallMaxMPerTile, E4m3Tile>(
+        a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks);
     return;
   }
-  ChunkedRowsDriver<kRowsPerTile, kMaxMPerTile, E4m3Tile>(
-      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, ldb,
-      PartialScratch(ChunkedPartialFloats<kRowsPerTile, kMaxMPerTile>(ldb)));
+  RunChunked<kRowsPerTile, kMaxMPerTile, E4m3Tile>(a, lda, m, b, ldb, k, n0, n1,
+                                                   c, ldc, blocks);
 }
 
 void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
               int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
               const KBlocks& blocks) {
   if (m <= kBf16FewMMax) {
-    ChunkedRowsDriver<kBf16FewRowsPerTile, kBf16FewMaxMPerTile, Bf16Tile>(
-        a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, 2 * ldb,
-        PartialScratch(
-            ChunkedPartialFloats<kBf16FewRowsPerTile, kBf16FewMaxMPerTile>(
-                2 * ldb)));
+    RunChunked<kBf16FewRowsPerTile, kBf16FewMaxMPerTile, Bf16Tile>(
+        a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks);
     return;
   }
-  ChunkedRowsDriver<kBf16RowsPerTile, kBf16MaxMPerTile, Bf16Tile>(
-      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks, 2 * ldb,
-      PartialScratch(
-          ChunkedPartialFloats<kBf16RowsPerTile, kBf16MaxMPerTile>(2 * ldb)));
+  RunChunked<kBf16RowsPerTile, kBf16MaxMPerTile, Bf16Tile>(
+      a, lda, m, b, ldb, k, n0, n1, c, ldc, blocks);
 }
 
 void PreparedRows(const void* a, int64_t lda, int64_t m, const void* b,
