@@ -212,19 +212,57 @@ char* PrepareABlocks(const GemmKernels& kern, const Problem<A, B>& p,
   return a;
 }
 
+// Weight rows per converted block: an L2-sized block of whole tiles.
+int64_t ConvertedBlockRows(const GemmKernels& kern, const BlockLayout& l) {
+  const int64_t tile = kern.prepared_rows_per_tile;
+  return std::max<int64_t>(kColumnAlign,
+                           kConvertedBlockBytes / (l.blocks * l.row_bytes)) /
+         tile * tile;
+}
+
+// The K that prepared_rows runs over converted weights (gemm_kernels.h).
+int64_t ConvertedK(const GemmKernels& kern, const BlockLayout& l) {
+  return kern.converted_k_is_padded ? l.kb_pad : l.kb;
+}
+
+// RunConvertedE4m3 where the first rows convert each block: those rows
+// (up to converting_max_m) through e4m3_rows_converting, which writes the
+// block, then the rest through prepared_rows over it.
+template <typename B>
+void RunConvertingE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
+                       const BlockLayout& l, const char* a, int64_t col0,
+                       int64_t col1, float* sums) {
+  const int64_t block = ConvertedBlockRows(kern, l);
+  char* b = ThreadScratch<Scratch::kConvertedB>(block * l.blocks * l.row_bytes);
+  const int64_t first = std::min<int64_t>(p.m, kern.converting_max_m);
+  const KBlocks raw_blocks{l.blocks, l.a_block_bytes, l.kb, p.m * p.n};
+  for (int64_t c0 = col0; c0 < col1; c0 += block) {
+    const int64_t rows = std::min(block, col1 - c0);
+    kern.e4m3_rows_converting(a, l.ld, first, p.b, p.k, l.kb, c0, c0 + rows,
+                              sums, p.n, raw_blocks, b, l.ld,
+                              rows * l.row_bytes);
+    kern.prepared_rows(
+        a + first * l.row_bytes, l.ld, p.m - first, b, l.ld,
+        ConvertedK(kern, l), 0, rows, sums + first * p.n + c0, p.n,
+        KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
+  }
+}
+
 // The raw sums of output columns [col0, col1) of an e4m3 GEMM with many
 // rows: each weight decoded once into an L2-sized block, then the prepared
-// kernel run over it.
+// kernel run over it. Where the level has e4m3_rows_converting, the first
+// rows' streaming kernel decodes the block as it goes (its reads from
+// memory overlap its dot products); otherwise a pass of its own converts
+// it.
 template <typename B>
 void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
                       const BlockLayout& l, const char* a, int64_t col0,
                       int64_t col1, float* sums) {
-  const int64_t converted_k = kern.converted_k_is_padded ? l.kb_pad : l.kb;
-  const int64_t tile = kern.prepared_rows_per_tile;
-  const int64_t block =
-      std::max<int64_t>(kColumnAlign,
-                        kConvertedBlockBytes / (l.blocks * l.row_bytes)) /
-      tile * tile;
+  if (kern.e4m3_rows_converting != nullptr) {
+    RunConvertingE4m3(kern, p, l, a, col0, col1, sums);
+    return;
+  }
+  const int64_t block = ConvertedBlockRows(kern, l);
   char* b = ThreadScratch<Scratch::kConvertedB>(block * l.blocks * l.row_bytes);
   uint8_t* packed = l.blocks == 1
                         ? nullptr
@@ -241,7 +279,7 @@ void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
       kern.convert_b_e4m3(src, rows, l.kb, l.ld, b + j * rows * l.row_bytes);
     }
     kern.prepared_rows(
-        a, l.ld, p.m, b, l.ld, converted_k, 0, rows, sums + c0, p.n,
+        a, l.ld, p.m, b, l.ld, ConvertedK(kern, l), 0, rows, sums + c0, p.n,
         KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
   }
 }

@@ -194,6 +194,8 @@ const GemmKernels kGemmAvx2 = {
     .prepared_rows_per_tile = kRowsPerTile,
     .converted_k_is_padded = false,
     .e4m3_dot_scale = 256.0f,
+    .e4m3_rows_converting = nullptr,
+    .converting_max_m = 0,
 };
 
 }  // namespace octet::cpu_internal

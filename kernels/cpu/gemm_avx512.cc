@@ -188,10 +188,13 @@ inline void StorePartial(const PartialSums& ps, __m512 (&acc)[NB][MB], float* c,
 template <int NB, int MB>
 struct E4m3Tile {
   // acc += the products of K elements [k0, k1) of weight rows [col, col +
-  // NB) with the MB activation rows at a.
+  // NB) with the MB activation rows at a. With kStore, each decoded weight
+  // row r is also written to out + r * out_ld, as DecodeRows writes it.
+  template <bool kStore = false>
   static void Accumulate(const E4m3Decoder& dec, const Bf16* a, int64_t lda,
                          const uint8_t* b, int64_t ldb, int64_t k, int64_t k0,
-                         int64_t k1, int64_t col, __m512 (&acc)[NB][MB]) {
+                         int64_t k1, int64_t col, __m512 (&acc)[NB][MB],
+                         Bf16* out = nullptr, int64_t out_ld = 0) {
     for (int64_t i = k0; i < k1; i += 64) {
       const __mmask64 mask = Mask64(k - i);
       __m512i w0[NB], w1[NB];
@@ -211,6 +214,10 @@ struct E4m3Tile {
         }
         dec.Decode(_mm512_maskz_loadu_epi8(mask, b + (col + r) * ldb + i),
                    w0[r], w1[r]);
+        if constexpr (kStore) {
+          _mm512_storeu_si512(out + r * out_ld + i, w0[r]);
+          _mm512_storeu_si512(out + r * out_ld + i + 32, w1[r]);
+        }
       }
       // And the tile after that into the outer caches (T2): one prefetch
       // one tile ahead is not enough in flight to keep the memory busy on
@@ -261,6 +268,29 @@ struct E4m3Tile {
       Accumulate(dec, a, lda, b + j * blocks.b_bytes, ldb, k, 0, k, col, acc);
       StorePartial<NB, MB>(whole, acc,
                            c + j * blocks.c_floats + row0 * ldc + col, ldc);
+    }
+  }
+
+  // RunBlocks for rows [0, MB), writing each weight row it decodes to the
+  // converted block `out`: K block j's row col at out + j * out_block + (col
+  // - col0) * out_ld elements.
+  static void RunBlocksConverting(const E4m3Decoder& dec, const Bf16* a,
+                                  int64_t lda, const uint8_t* b, int64_t ldb,
+                                  int64_t k, int64_t col, float* c, int64_t ldc,
+                                  const KBlocks& blocks, Bf16* out,
+                                  int64_t out_ld, int64_t out_block,
+                                  int64_t col0) {
+    const PartialSums whole{nullptr, 0, true, true};
+    for (int64_t j = 0; j < blocks.count; ++j) {
+      __m512 acc[NB][MB];
+      LoadPartial<NB, MB>(whole, acc);
+      Accumulate<true>(
+          dec,
+          reinterpret_cast<const Bf16*>(reinterpret_cast<const char*>(a) +
+                                        j * blocks.a_bytes),
+          lda, b + j * blocks.b_bytes, ldb, k, 0, k, col, acc,
+          out + j * out_block + (col - col0) * out_ld, out_ld);
+      StorePartial<NB, MB>(whole, acc, c + j * blocks.c_floats + col, ldc);
     }
   }
 };
@@ -371,6 +401,51 @@ void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
                                                    c, ldc, blocks);
 }
 
+// E4m3Tile<NB, MB>::RunBlocksConverting for mb <= MB rows.
+template <int NB, int MB>
+void RunConvertingTile(int64_t mb, const E4m3Decoder& dec, const Bf16* a,
+                       int64_t lda, const uint8_t* b, int64_t ldb, int64_t k,
+                       int64_t col, float* c, int64_t ldc,
+                       const KBlocks& blocks, Bf16* out, int64_t out_ld,
+                       int64_t out_block, int64_t col0) {
+  if constexpr (MB > 1) {
+    if (mb < MB) {
+      RunConvertingTile<NB, MB - 1>(mb, dec, a, lda, b, ldb, k, col, c, ldc,
+                                    blocks, out, out_ld, out_block, col0);
+      return;
+    }
+  }
+  E4m3Tile<NB, MB>::RunBlocksConverting(dec, a, lda, b, ldb, k, col, c, ldc,
+                                        blocks, out, out_ld, out_block, col0);
+}
+
+// The streaming tall tile over m <= kE4m3TallMaxMPerTile rows, writing the
+// weights it decodes as DecodeRows would (gemm_kernels.h,
+// e4m3_rows_converting). Its tiles run every K block in turn (RunBlocks'
+// order) and take the same products in the same order as E4m3Rows and as
+// PreparedRows over the written rows: the bits of a row do not depend on
+// the path.
+void E4m3RowsConverting(const void* a_ptr, int64_t lda, int64_t m,
+                        const uint8_t* b, int64_t ldb, int64_t k, int64_t n0,
+                        int64_t n1, float* c, int64_t ldc,
+                        const KBlocks& blocks, void* converted,
+                        int64_t converted_ld, int64_t converted_block_bytes) {
+  constexpr int NB = kE4m3TallRowsPerTile, MB = kE4m3TallMaxMPerTile;
+  const E4m3Decoder dec;
+  const Bf16* a = static_cast<const Bf16*>(a_ptr);
+  Bf16* out = static_cast<Bf16*>(converted);
+  const int64_t out_block = converted_block_bytes / sizeof(Bf16);
+  int64_t col = n0;
+  for (; col + NB <= n1; col += NB) {
+    RunConvertingTile<NB, MB>(m, dec, a, lda, b, ldb, k, col, c, ldc, blocks,
+                              out, converted_ld, out_block, n0);
+  }
+  for (; col < n1; ++col) {
+    RunConvertingTile<1, MB>(m, dec, a, lda, b, ldb, k, col, c, ldc, blocks,
+                             out, converted_ld, out_block, n0);
+  }
+}
+
 void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
               int64_t k, int64_t n0, int64_t n1, float* c, int64_t ldc,
               const KBlocks& blocks) {
@@ -405,6 +480,8 @@ const GemmKernels kGemmAvx512 = {
     .prepared_rows_per_tile = kBf16RowsPerTile,
     .converted_k_is_padded = true,
     .e4m3_dot_scale = 1.0f,
+    .e4m3_rows_converting = E4m3RowsConverting,
+    .converting_max_m = kE4m3TallMaxMPerTile,
 };
 
 }  // namespace octet::cpu_internal

@@ -16,7 +16,9 @@
 // Float8 weights are either decoded on the fly (streaming: small M, where
 // the GEMM is memory-bound and FP8 halves the bytes) or, for larger M,
 // converted once per block into the same format as prepared A and run
-// through the prepared kernel, so that each weight is decoded once.
+// through the prepared kernel, so that each weight is decoded once (on
+// AVX-512 by the first rows' streaming kernel, which writes the block as it
+// decodes it: e4m3_rows_converting).
 //
 // Kernels write raw binary32 sums; the driver scales and converts them
 // (the epilogue), so that no kernel translation unit shares an inline
@@ -87,6 +89,23 @@ struct GemmKernels {
   // e4m3 sums (from e4m3_rows or prepared_rows) are dot / e4m3_dot_scale,
   // an exact power of two (the AVX2 decoder carries values times 2^-8).
   float e4m3_dot_scale;
+
+  // Optional (null: convert_b_e4m3, then prepared_rows for every row). The
+  // first rows of a converted e4m3 GEMM: e4m3_rows over m <= converting_max_m
+  // rows and columns [n_begin, n_end) that also writes each weight row it
+  // decodes, as convert_b_e4m3 would, to `converted`: K block j's row col at
+  // converted + j * converted_block_bytes, (col - n_begin) rows of
+  // converted_ld elements in. The weights are then read from memory while
+  // those rows' dot products run, not in a pass of their own that waits on
+  // memory; prepared_rows takes the other rows over the converted block.
+  // The sums are e4m3_rows' (and prepared_rows'): the same bits.
+  void (*e4m3_rows_converting)(const void* a, int64_t lda, int64_t m,
+                               const uint8_t* b, int64_t ldb, int64_t k,
+                               int64_t n_begin, int64_t n_end, float* c,
+                               int64_t ldc, const KBlocks& blocks,
+                               void* converted, int64_t converted_ld,
+                               int64_t converted_block_bytes);
+  int converting_max_m;
 };
 
 extern const GemmKernels kGemmScalar;

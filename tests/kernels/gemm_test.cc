@@ -318,7 +318,7 @@ std::vector<T> KSlice(const std::vector<T>& m, int64_t rows, int64_t k,
 // one rank gives the same bits as K cut across T ranks, each summing its
 // 8 / T blocks, then TreeSum over the ranks; on both e4m3 paths (streaming,
 // M <= 8, and converted) and for block lengths that are not a multiple of
-// any vector width.
+// any vector width; and every row of the batch is what it is alone.
 TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
   constexpr int64_t kBlocks = 8;
   for (const Shape& s :
@@ -341,6 +341,20 @@ TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
                                          kBlocks, whole_rounded.data(),
                                          Options(2))
                     .ok());
+    // Each row as it comes alone (the streaming path): a batch with more
+    // rows than stream there converts the weights, the first rows' kernel
+    // writing the converted blocks and the rest reading them.
+    for (int64_t r = 0; r < s.m; ++r) {
+      std::vector<float> alone(s.n);
+      ASSERT_TRUE(GemmE4m3BlockSums(qa.data() + r * s.k, qb.data(), 1, s.n, s.k,
+                                    kBlocks, alone.data(), Options())
+                      .ok());
+      for (int64_t j = 0; j < s.n; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(alone[j]),
+                  std::bit_cast<uint32_t>(whole[r * s.n + j]))
+            << "e4m3 M=" << s.m << " K=" << s.k << " row " << r << " col " << j;
+      }
+    }
     for (int64_t ranks : {2, 4, 8}) {
       const int64_t k_rank = s.k / ranks;
       std::vector<float> parts(ranks * s.m * s.n), parts_f32(parts.size()),
