@@ -83,8 +83,14 @@ void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
 }
 
 // K is cut into chunks of this many elements (a multiple of every level's
-// k_align) by ChunkedRowsDriver.
-constexpr int64_t kKChunk = 1024;
+// k_align) by ChunkedRowsDriver. Chunks of 1024 kept a group's activations
+// in L1 (6 rows: 12 KiB), but on a Zen 4 VM (bench_gemm, 2026-12-05, the
+// four Mistral-7B shapes, three runs of each alternating) chunks of 4096
+// ran BF16 at M = 64-512 4-22% faster (e.g. 4096x4096, M = 512: 58.6 ->
+// 45.5 ms, 66% -> 82% of the peak), and no slower at M = 12-16: the
+// partial sums' loads and stores at every chunk, and the passes, cost
+// more than the activations' trips from L2. K = 4096 is now one chunk.
+constexpr int64_t kKChunk = 4096;
 
 // The accumulators of one tile between K chunks: acc[r][m] (16 binary32
 // lanes) at partial[r * ld + m * 16].
@@ -139,9 +145,9 @@ void RunTileBlocks(int64_t mb, const void* a, int64_t lda, const W* b,
 // As RowsDriver, for compute-bound GEMMs: within a column block and a group
 // of kMaxMb activation rows, K is walked in chunks of kKChunk, every tile of
 // the block finishing a chunk before the next. A group's chunk of
-// activations (kMaxMb rows x kKChunk) then stays in L1 while the block's
-// weights stream past it from L2, instead of both streaming from L2 for
-// every tile. A tile keeps its vector accumulators in `PartialSums` between
+// activations (kMaxMb rows x kKChunk) then stays in the inner caches while
+// the block's weights stream past it from L2 (long K: 14336 in Mistral's
+// down_proj). A tile keeps its vector accumulators in `PartialSums` between
 // chunks (Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc,
 // ps) runs K elements [k0, k1)), so each lane adds the same products in the
 // same order as without chunks: the bits do not change. With one group of

@@ -258,15 +258,15 @@ TEST_P(GemmTest, ChannelScalesGiveEachColumnItsOwnScale) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Long K, where the AVX-512 kernels walk K in chunks once there are more
-// activation rows than one tile holds (rows_tiling.h), keeping each tile's
-// vector sums between chunks: every row of a batch is still bit for bit
-// the row alone, for e4m3 (streaming tiles of 4 and 8 rows, converted
-// weights) and bfloat16 weights.
+// Long K (past rows_tiling.h's 4096-element chunks), where the AVX-512
+// kernels walk K in chunks once there are more activation rows than one
+// tile holds, keeping each tile's vector sums between chunks: every row of
+// a batch is still bit for bit the row alone, for e4m3 (streaming tiles of
+// 4 and 8 rows, converted weights) and bfloat16 weights.
 TEST_P(GemmTest, RowsDoNotDependOnTheBatchWhenKIsChunked) {
   for (const Shape& s :
-       {Shape{6, 37, 2500}, Shape{12, 37, 2500}, Shape{16, 20, 4096},
-        Shape{17, 37, 2100}, Shape{40, 19, 3000}}) {
+       {Shape{6, 37, 5000}, Shape{12, 37, 4100}, Shape{16, 20, 8192},
+        Shape{17, 37, 4500}, Shape{40, 19, 9000}}) {
     const auto qa = RandomCodes(s.m * s.k, 71 + s.m);
     const auto qb = RandomCodes(s.n * s.k, 72 + s.m);
     const auto a16 = RandomBf16(s.m * s.k, 73 + s.m);
