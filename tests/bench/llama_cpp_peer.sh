@@ -12,7 +12,8 @@
 #     is built there with its defaults (Release, native CPU);
 #   - DIR converted to GGUF by that tree's own convert_hf_to_gguf.py, BF16
 #     and Q8_0 (with a python that has torch: PYTHON, else tests/bench/
-#     torch_venv.sh's; sentencepiece goes into --cache/pydeps).
+#     torch_venv.sh's; its other imports, at that tree's pins, go into
+#     --cache/pydeps).
 # Then --rounds rounds, each running, one after another:
 #   llama-bench -p 128,512 -n 64 -r 1 -t THREADS on the BF16 and Q8_0 files;
 #   bench_decode on DIR (unquantized and FP8 models loaded once per run):
@@ -81,8 +82,14 @@ pydeps="$cache/pydeps"
 for type in bf16 q8_0; do
   gguf="$cache/models/$name-$type.gguf"
   if [ ! -f "$gguf" ] || [ "$gguf" -ot "$model/config.json" ]; then
-    [ -d "$pydeps/sentencepiece" ] ||
-      "$python" -m pip install --quiet --disable-pip-version-check --target "$pydeps" sentencepiece >&2
+    # The converter's imports beyond torch, at the tree's own pins
+    # (requirements/requirements-convert_legacy_llama.txt), and gguf-py's
+    # dependencies (pyproject.toml).
+    [ -f "$pydeps/.installed" ] || {
+      "$python" -m pip install --quiet --disable-pip-version-check --target "$pydeps" \
+        'sentencepiece>=0.1.98,<0.3.0' 'transformers==4.57.6' \
+        'protobuf>=4.21.0,<5.0.0' pyyaml tqdm requests >&2 &&
+        touch "$pydeps/.installed"; }
     mkdir -p "$cache/models"
     say "converting $model to $type with llama.cpp's convert_hf_to_gguf.py"
     PYTHONPATH="$pydeps:$tree/gguf-py" "$python" "$tree/convert_hf_to_gguf.py" "$model" \

@@ -266,7 +266,7 @@ TEST_P(GemmTest, ChannelScalesGiveEachColumnItsOwnScale) {
 TEST_P(GemmTest, RowsDoNotDependOnTheBatchWhenKIsChunked) {
   for (const Shape& s :
        {Shape{6, 37, 5000}, Shape{12, 37, 4100}, Shape{16, 20, 8192},
-        Shape{17, 37, 4500}, Shape{40, 19, 9000}}) {
+        Shape{17, 37, 4500}, Shape{40, 19, 9000}, Shape{120, 9, 4500}}) {
     const auto qa = RandomCodes(s.m * s.k, 71 + s.m);
     const auto qb = RandomCodes(s.n * s.k, 72 + s.m);
     const auto a16 = RandomBf16(s.m * s.k, 73 + s.m);
