@@ -86,10 +86,11 @@ void RowsDriver(const void* a, int64_t lda, int64_t m, const W* b, int64_t ldb,
 // k_align) by ChunkedRowsDriver. Chunks of 1024 kept a group's activations
 // in L1 (6 rows: 12 KiB), but on a Zen 4 VM (bench_gemm, 2026-12-05, the
 // four Mistral-7B shapes, three runs of each alternating) chunks of 4096
-// ran BF16 at M = 64-512 4-22% faster (e.g. 4096x4096, M = 512: 58.6 ->
-// 45.5 ms, 66% -> 82% of the peak), and no slower at M = 12-16: the
-// partial sums' loads and stores at every chunk, and the passes, cost
-// more than the activations' trips from L2. K = 4096 is now one chunk.
+// ran BF16 at M = 64-512 1-22% faster (e.g. 4096x4096, M = 512: 58.6 ->
+// 45.5 ms, 63% -> 81% of a 0.469 TFLOP/s peak), and no slower at M =
+// 12-16: the partial sums' loads and stores at every chunk, and the
+// passes, cost more than the activations' trips from L2. K = 4096 is now
+// one chunk.
 constexpr int64_t kKChunk = 4096;
 
 // The accumulators of one tile between K chunks: acc[r][m] (16 binary32
