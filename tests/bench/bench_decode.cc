@@ -35,7 +35,9 @@
 //
 // --prefill_reps N adds, per batch size, the prefill's speed: N prefills of
 // --prompt_tokens tokens per sequence for each model, on fresh caches,
-// alternating between the models; the median ms and tokens/s.
+// alternating between the models; the median ms and tokens/s. With
+// --profile, one more prefill of each model is profiled as the steps are
+// (shares of the median prefill).
 //
 //   bench_decode --model DIR [--device auto|cpu|cuda] [--steps 32]
 //                [--prompt_tokens 16] [--batch 1,8,32] [--graph_max_batch 64]
@@ -139,11 +141,13 @@ absl::Status NewCache(Runner& r, int batch, int64_t tokens) {
 
 // `reps` prefills of `prompt` tokens for each of `batch` sequences per
 // runner, each on a fresh cache, the runners alternating; prints each one's
-// median ms and tokens/s, and each over the first's.
+// median ms and tokens/s, and each over the first's, and returns the
+// medians.
 template <typename Prefill>
-absl::Status TimePrefills(std::vector<Runner>& runners, int reps,
-                          int64_t prompt, int batch, int64_t tokens,
-                          Prefill prefill) {
+absl::StatusOr<std::vector<double>> TimePrefills(std::vector<Runner>& runners,
+                                                 int reps, int64_t prompt,
+                                                 int batch, int64_t tokens,
+                                                 Prefill prefill) {
   std::vector<std::vector<double>> ms(runners.size());
   for (int i = 0; i < reps; ++i) {
     for (size_t j = 0; j < runners.size(); ++j) {
@@ -155,8 +159,10 @@ absl::Status TimePrefills(std::vector<Runner>& runners, int reps,
       ms[j].push_back(SecondsSince(t0) * 1e3);
     }
   }
+  std::vector<double> medians;
   for (size_t j = 0; j < runners.size(); ++j) {
     const double med = Median(ms[j]);
+    medians.push_back(med);
     std::printf(
         "%-5s prefill median %.2f ms (%lld tokens x %d sequences) = %.1f "
         "tokens/s%s\n",
@@ -167,7 +173,28 @@ absl::Status TimePrefills(std::vector<Runner>& runners, int reps,
                               "x none")
                      .c_str());
   }
-  return absl::OkStatus();
+  return medians;
+}
+
+// One eager run of `run(r)` per runner, profiled (--profile): the table of
+// where the time went against each runner's timed `ms`.
+template <typename Run>
+absl::StatusOr<std::string> ProfileEach(ProfilingBackend& profiler,
+                                        std::vector<Runner>& runners, int reps,
+                                        const std::vector<double>& ms,
+                                        Run run) {
+  std::vector<std::string> names;
+  std::vector<StepProfile> profiles;
+  for (Runner& r : runners) {
+    absl::Status s = profiler.Start();
+    for (int k = 0; s.ok() && k < reps; ++k) s = run(r);
+    absl::StatusOr<StepProfile> p = profiler.Stop();
+    if (!s.ok()) return s;
+    if (!p.ok()) return p.status();
+    names.push_back(r.name);
+    profiles.push_back(p->PerStep(reps));
+  }
+  return StepProfileTable(names, profiles, ms);
 }
 
 // The device's memory read bandwidth in GB/s, measured now.
@@ -307,11 +334,23 @@ int Main(int argc, char** argv) {
   for (const int b : batches) {
     batch = b;
     if (prefill_reps > 0) {
-      absl::Status s = TimePrefills(runners, prefill_reps, prompt, batch,
-                                    tokens, [&](Runner& r) {
-                                      return step(r, prompt);
-                                    });
-      if (!s.ok()) return Fail(s);
+      absl::StatusOr<std::vector<double>> ms =
+          TimePrefills(runners, prefill_reps, prompt, batch, tokens,
+                       [&](Runner& r) { return step(r, prompt); });
+      if (!ms.ok()) return Fail(ms.status());
+      if (profiler != nullptr) {
+        absl::StatusOr<std::string> table =
+            ProfileEach(*profiler, runners, 1, *ms, [&](Runner& r) {
+              absl::Status s = NewCache(r, batch, tokens);
+              return s.ok() ? step(r, prompt) : s;
+            });
+        if (!table.ok()) return Fail(table.status());
+        std::printf(
+            "profile of the prefill (%d x %d tokens): one eager prefill each, "
+            "a clock mark around every operation; shares of the median "
+            "prefill\n%s",
+            batch, prompt, table->c_str());
+      }
     }
     for (Runner& r : runners) {
       absl::Status s = NewCache(r, batch, tokens);
@@ -342,21 +381,14 @@ int Main(int argc, char** argv) {
     }
     if (gbps.ok()) PrintRoofline(runners, got.ms, *gbps);
     if (profiler != nullptr) {
-      std::vector<std::string> names;
-      std::vector<StepProfile> profiles;
-      for (Runner& r : runners) {
-        absl::Status s = profiler->Start();
-        for (int k = 0; s.ok() && k < profile_steps; ++k) s = step(r, 1);
-        absl::StatusOr<StepProfile> p = profiler->Stop();
-        if (!s.ok() || !p.ok()) return Fail(s.ok() ? p.status() : s);
-        names.push_back(r.name);
-        profiles.push_back(p->PerStep(profile_steps));
-      }
+      absl::StatusOr<std::string> table =
+          ProfileEach(*profiler, runners, profile_steps, got.ms,
+                      [&](Runner& r) { return step(r, 1); });
+      if (!table.ok()) return Fail(table.status());
       std::printf(
           "profile of batch %d: %d eager steps each, a clock mark around "
           "every operation; shares of the timed step\n%s",
-          batch, profile_steps,
-          StepProfileTable(names, profiles, got.ms).c_str());
+          batch, profile_steps, table->c_str());
     }
     std::fflush(stdout);
   }
