@@ -16,6 +16,10 @@
 #include <cstdint>
 
 namespace octet {
+// Internal linkage: the CPU GEMM's instruction-set translation units use it
+// too, and must not share an inline function with the rest of the program
+// (kernels/cpu/e4m3_simd.h).
+namespace {  // NOLINT(build/namespaces): see above
 
 // parts[0 .. n) += the other `count` - 1 vectors of n floats at
 // parts + j * stride, j = 1 .. count - 1, in the TreeSum order. The other
@@ -30,4 +34,5 @@ inline void TreeSum(float* parts, int64_t count, int64_t stride, int64_t n) {
   }
 }
 
+}  // namespace
 }  // namespace octet

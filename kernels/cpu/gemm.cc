@@ -326,7 +326,7 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
       kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
                          raw_blocks);
     }
-    if (l.blocks > 1) {
+    if (l.blocks > 1 && !kern.adds_k_blocks) {
       for (int64_t row = 0; row < p.m; ++row) {
         TreeSum(sums + row * p.n + col0, l.blocks, p.m * p.n, col1 - col0);
       }

@@ -116,7 +116,7 @@ struct TileOf {
           for (int64_t t = i; t < k; ++t) {
             sum += a[m * lda + t] * Weight<W>::Scalar(b[(col + r) * ldb + t]);
           }
-          c[(row0 + m) * ldc + col + r] = sum;
+          c[m * ldc + r] = sum;
         }
       }
     }
@@ -194,6 +194,7 @@ const GemmKernels kGemmAvx2 = {
     .prepared_rows_per_tile = kRowsPerTile,
     .converted_k_is_padded = false,
     .e4m3_dot_scale = 256.0f,
+    .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
 };

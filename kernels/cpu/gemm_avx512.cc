@@ -182,6 +182,14 @@ inline void StorePartial(const PartialSums& ps, __m512 (&acc)[NB][MB], float* c,
   }
 }
 
+// Where a streaming e4m3 tile also writes the weight rows it decodes, as
+// DecodeRows writes them (gemm_kernels.h, e4m3_rows_converting): K block
+// j's row col at out + j * block + (col - col0) * ld elements.
+struct ConvertedRows {
+  Bf16* out;
+  int64_t ld, block, col0;
+};
+
 // Streaming e4m3 tile: decodes NB weight rows 64 codes at a time and takes
 // dot products with MB prepared (decoder-ordered bf16) activation rows,
 // over K elements [k0, k1) (ChunkedRowsDriver, rows_tiling.h).
@@ -239,24 +247,32 @@ struct E4m3Tile {
     }
   }
 
-  static void Run(const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb,
-                  int64_t k, int64_t k0, int64_t k1, int64_t col, int64_t row0,
-                  float* c, int64_t ldc, const PartialSums& ps) {
+  // Not inlined (nor RunBlocks, nor Bf16Tile::Run): inlined into
+  // SumTileBlocks (rows_tiling.h), GCC 12 kept the accumulators in memory,
+  // storing every one of them on every step (BF16 at M = 8 with 8 K blocks
+  // 1.3x slower).
+  [[gnu::noinline]] static void Run(const void* a_ptr, int64_t lda,
+                                    const uint8_t* b, int64_t ldb, int64_t k,
+                                    int64_t k0, int64_t k1, int64_t col,
+                                    int64_t row0, float* c, int64_t ldc,
+                                    const PartialSums& ps) {
     const E4m3Decoder dec;
     __m512 acc[NB][MB];
     LoadPartial<NB, MB>(ps, acc);
     Accumulate(dec, static_cast<const Bf16*>(a_ptr) + row0 * lda, lda, b, ldb,
                k, k0, k1, col, acc);
-    StorePartial<NB, MB>(ps, acc, c + row0 * ldc + col, ldc);
+    StorePartial<NB, MB>(ps, acc, c, ldc);
   }
 
   // Run over the whole K of every block (rows_tiling.h's KBlocks) in turn,
   // each exactly as Run would compute it, with one decoder set up for all:
   // narrow blocks (24 codes in SmolLM2's o_proj) are short runs, where the
-  // set-up and the calls are much of the work.
-  static void RunBlocks(const void* a_ptr, int64_t lda, const uint8_t* b,
-                        int64_t ldb, int64_t k, int64_t col, int64_t row0,
-                        float* c, int64_t ldc, const KBlocks& blocks) {
+  // set-up and the calls are much of the work. With `converted`, each
+  // weight row decoded is also written there.
+  [[gnu::noinline]] static void RunBlocks(
+      const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb, int64_t k,
+      int64_t col, int64_t row0, float* c, int64_t ldc, const KBlocks& blocks,
+      const ConvertedRows* converted = nullptr) {
     const E4m3Decoder dec;
     const PartialSums whole{nullptr, 0, true, true};
     for (int64_t j = 0; j < blocks.count; ++j) {
@@ -265,32 +281,16 @@ struct E4m3Tile {
       const Bf16* a = reinterpret_cast<const Bf16*>(
                           static_cast<const char*>(a_ptr) + j * blocks.a_bytes) +
                       row0 * lda;
-      Accumulate(dec, a, lda, b + j * blocks.b_bytes, ldb, k, 0, k, col, acc);
-      StorePartial<NB, MB>(whole, acc,
-                           c + j * blocks.c_floats + row0 * ldc + col, ldc);
-    }
-  }
-
-  // RunBlocks for rows [0, MB), writing each weight row it decodes to the
-  // converted block `out`: K block j's row col at out + j * out_block + (col
-  // - col0) * out_ld elements.
-  static void RunBlocksConverting(const E4m3Decoder& dec, const Bf16* a,
-                                  int64_t lda, const uint8_t* b, int64_t ldb,
-                                  int64_t k, int64_t col, float* c, int64_t ldc,
-                                  const KBlocks& blocks, Bf16* out,
-                                  int64_t out_ld, int64_t out_block,
-                                  int64_t col0) {
-    const PartialSums whole{nullptr, 0, true, true};
-    for (int64_t j = 0; j < blocks.count; ++j) {
-      __m512 acc[NB][MB];
-      LoadPartial<NB, MB>(whole, acc);
-      Accumulate<true>(
-          dec,
-          reinterpret_cast<const Bf16*>(reinterpret_cast<const char*>(a) +
-                                        j * blocks.a_bytes),
-          lda, b + j * blocks.b_bytes, ldb, k, 0, k, col, acc,
-          out + j * out_block + (col - col0) * out_ld, out_ld);
-      StorePartial<NB, MB>(whole, acc, c + j * blocks.c_floats + col, ldc);
+      const uint8_t* bj = b + j * blocks.b_bytes;
+      if (converted == nullptr) {
+        Accumulate(dec, a, lda, bj, ldb, k, 0, k, col, acc);
+      } else {
+        Accumulate<true>(dec, a, lda, bj, ldb, k, 0, k, col, acc,
+                         converted->out + j * converted->block +
+                             (col - converted->col0) * converted->ld,
+                         converted->ld);
+      }
+      StorePartial<NB, MB>(whole, acc, c + j * blocks.c_floats, ldc);
     }
   }
 };
@@ -299,9 +299,11 @@ struct E4m3Tile {
 // K elements [k0, k1) (ChunkedRowsDriver, rows_tiling.h).
 template <int NB, int MB>
 struct Bf16Tile {
-  static void Run(const void* a_ptr, int64_t lda, const Bf16* b, int64_t ldb,
-                  int64_t k, int64_t k0, int64_t k1, int64_t col, int64_t row0,
-                  float* c, int64_t ldc, const PartialSums& ps) {
+  [[gnu::noinline]] static void Run(const void* a_ptr, int64_t lda,
+                                    const Bf16* b, int64_t ldb, int64_t k,
+                                    int64_t k0, int64_t k1, int64_t col,
+                                    int64_t row0, float* c, int64_t ldc,
+                                    const PartialSums& ps) {
     const Bf16* a = static_cast<const Bf16*>(a_ptr) + row0 * lda;
     __m512 acc[NB][MB];
     LoadPartial<NB, MB>(ps, acc);
@@ -323,7 +325,7 @@ struct Bf16Tile {
         }
       }
     }
-    StorePartial<NB, MB>(ps, acc, c + row0 * ldc + col, ldc);
+    StorePartial<NB, MB>(ps, acc, c, ldc);
   }
 };
 
@@ -401,49 +403,30 @@ void E4m3Rows(const void* a, int64_t lda, int64_t m, const uint8_t* b,
                                                    c, ldc, blocks);
 }
 
-// E4m3Tile<NB, MB>::RunBlocksConverting for mb <= MB rows.
-template <int NB, int MB>
-void RunConvertingTile(int64_t mb, const E4m3Decoder& dec, const Bf16* a,
-                       int64_t lda, const uint8_t* b, int64_t ldb, int64_t k,
-                       int64_t col, float* c, int64_t ldc,
-                       const KBlocks& blocks, Bf16* out, int64_t out_ld,
-                       int64_t out_block, int64_t col0) {
-  if constexpr (MB > 1) {
-    if (mb < MB) {
-      RunConvertingTile<NB, MB - 1>(mb, dec, a, lda, b, ldb, k, col, c, ldc,
-                                    blocks, out, out_ld, out_block, col0);
-      return;
-    }
-  }
-  E4m3Tile<NB, MB>::RunBlocksConverting(dec, a, lda, b, ldb, k, col, c, ldc,
-                                        blocks, out, out_ld, out_block, col0);
-}
-
 // The streaming tall tile over m <= kE4m3TallMaxMPerTile rows, writing the
 // weights it decodes as DecodeRows would (gemm_kernels.h,
 // e4m3_rows_converting). Its tiles run every K block in turn (RunBlocks'
 // order) and take the same products in the same order as E4m3Rows and as
 // PreparedRows over the written rows: the bits of a row do not depend on
 // the path.
-void E4m3RowsConverting(const void* a_ptr, int64_t lda, int64_t m,
-                        const uint8_t* b, int64_t ldb, int64_t k, int64_t n0,
-                        int64_t n1, float* c, int64_t ldc,
-                        const KBlocks& blocks, void* converted,
-                        int64_t converted_ld, int64_t converted_block_bytes) {
+void E4m3RowsConverting(const void* a, int64_t lda, int64_t m, const uint8_t* b,
+                        int64_t ldb, int64_t k, int64_t n0, int64_t n1,
+                        float* c, int64_t ldc, const KBlocks& blocks,
+                        void* converted, int64_t converted_ld,
+                        int64_t converted_block_bytes) {
   constexpr int NB = kE4m3TallRowsPerTile, MB = kE4m3TallMaxMPerTile;
-  const E4m3Decoder dec;
-  const Bf16* a = static_cast<const Bf16*>(a_ptr);
-  Bf16* out = static_cast<Bf16*>(converted);
-  const int64_t out_block = converted_block_bytes / sizeof(Bf16);
+  const ConvertedRows out{static_cast<Bf16*>(converted), converted_ld,
+                          converted_block_bytes / int64_t{sizeof(Bf16)}, n0};
   int64_t col = n0;
   for (; col + NB <= n1; col += NB) {
-    RunConvertingTile<NB, MB>(m, dec, a, lda, b, ldb, k, col, c, ldc, blocks,
-                              out, converted_ld, out_block, n0);
+    RunTileBlocks<NB, MB, E4m3Tile>(m, a, lda, b, ldb, k, col, 0, c, ldc,
+                                    blocks, &out);
   }
   for (; col < n1; ++col) {
-    RunConvertingTile<1, MB>(m, dec, a, lda, b, ldb, k, col, c, ldc, blocks,
-                             out, converted_ld, out_block, n0);
+    RunTileBlocks<1, MB, E4m3Tile>(m, a, lda, b, ldb, k, col, 0, c, ldc, blocks,
+                                   &out);
   }
+  if (BlocksLeftToAdd(blocks)) AddBlockSums(c, ldc, m, n0, n1, blocks);
 }
 
 void Bf16Rows(const void* a, int64_t lda, int64_t m, const Bf16* b, int64_t ldb,
@@ -480,6 +463,7 @@ const GemmKernels kGemmAvx512 = {
     .prepared_rows_per_tile = kBf16RowsPerTile,
     .converted_k_is_padded = true,
     .e4m3_dot_scale = 1.0f,
+    .adds_k_blocks = true,
     .e4m3_rows_converting = E4m3RowsConverting,
     .converting_max_m = kE4m3TallMaxMPerTile,
 };

@@ -34,8 +34,9 @@ namespace octet::cpu_internal {
 
 // K cut into blocks that are summed separately (gemm.h, *BlockSums): block
 // j's prepared activations start at a + j * a_bytes, its weights at
-// b + j * b_bytes, and its sums go to c + j * c_floats. Each block is
-// computed exactly as a GEMM whose whole K it were. The default: one block.
+// b + j * b_bytes, and its sums go to c + j * c_floats (but see
+// GemmKernels::adds_k_blocks). Each block is computed exactly as a GEMM
+// whose whole K it were. The default: one block.
 struct KBlocks {
   int64_t count = 1;
   int64_t a_bytes = 0, b_bytes = 0, c_floats = 0;
@@ -89,6 +90,14 @@ struct GemmKernels {
   // e4m3 sums (from e4m3_rows or prepared_rows) are dot / e4m3_dot_scale,
   // an exact power of two (the AVX2 decoder carries values times 2^-8).
   float e4m3_dot_scale;
+
+  // With several K blocks, false: the rows kernels write every block's
+  // sums, which the driver adds in TreeSum order (kernels/tree_sum.h);
+  // true: they add them themselves, in that order, and return the total in
+  // block 0's place (the other blocks' places are scratch): a tile adds its
+  // blocks' sums before they leave the core, and the output is written once
+  // rather than once per block (rows_tiling.h, SumTileBlocks).
+  bool adds_k_blocks;
 
   // Optional (null: convert_b_e4m3, then prepared_rows for every row). The
   // first rows of a converted e4m3 GEMM: e4m3_rows over m <= converting_max_m

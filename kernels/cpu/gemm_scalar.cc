@@ -64,6 +64,7 @@ const GemmKernels kGemmScalar = {
     .prepared_rows_per_tile = 1,
     .converted_k_is_padded = false,
     .e4m3_dot_scale = 1.0f,
+    .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
 };

@@ -3,7 +3,10 @@
 // internal linkage for the reason given in e4m3_simd.h.
 //
 // Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c, ldc) computes output
-// columns [col, col + NB) for activation rows [row0, row0 + MB). The driver
+// columns [col, col + NB) for activation rows [row0, row0 + MB), writing
+// them to c[m * ldc + r] (c is the tile's own corner: the caller offsets
+// it by row0 rows and col columns, so that a tile can also write into a
+// buffer of its own size). The driver
 // walks the columns in blocks whose weights fit in L2 (so that every group of
 // activation rows reuses them from cache), and within a block the activation
 // rows kMaxMb at a time, NB columns at a time (then one at a time). With
@@ -14,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/tree_sum.h"
 
 // Fully unrolls a loop over a tile's compile-time extent, so that the
 // accumulator arrays live in registers (without it GCC 12 keeps a 4x4 tile's
@@ -43,7 +47,7 @@ void RunRowTile(int64_t mb, const void* a, int64_t lda, const W* b, int64_t ldb,
       return;
     }
   }
-  Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c, ldc);
+  Tile<NB, MB>::Run(a, lda, b, ldb, k, col, row0, c + row0 * ldc + col, ldc);
 }
 
 // Tile<NB, MB> over every K block.
@@ -112,35 +116,87 @@ void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
       return;
     }
   }
-  Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c, ldc, ps);
+  Tile<NB, MB>::Run(a, lda, b, ldb, k, k0, k1, col, row0, c + row0 * ldc + col,
+                    ldc, ps);
 }
 
-// Tile<NB, MB> over the whole K of every block (one chunk): the tile's own
-// RunBlocks(a, lda, b, ldb, k, col, row0, c, ldc, blocks) where it has one
-// (one set-up for all the blocks), else Run once per block.
-template <int NB, int MB, template <int, int> class Tile, typename W>
+// The most K blocks whose sums a tile adds itself (SumTileBlocks): 32 x 24
+// binary32 sums of a 4 x 6 tile, 3 KiB on the stack.
+constexpr int64_t kTileSumBlocks = 32;
+
+// The blocks' sums of one NB x MB tile added in TreeSum order
+// (kernels/tree_sum.h) into out[m * ldc + r]: `run(c, ldc, blocks)` runs the
+// tile over every K block of `blocks`, writing block j's sums at c + j *
+// blocks.c_floats; here into a local array, so that only the total reaches
+// memory (eight blocks' sums of a prefill's row-parallel layer would be
+// written out and read back: 8 x the output). More blocks than
+// kTileSumBlocks go to out block by block, for AddBlockSums.
+template <int NB, int MB, typename RunAll>
+void SumTileBlocks(const KBlocks& blocks, float* out, int64_t ldc, RunAll run) {
+  if (blocks.count == 1 || blocks.count > kTileSumBlocks) {
+    run(out, ldc, blocks);
+    return;
+  }
+  float local[kTileSumBlocks * NB * MB];
+  KBlocks into = blocks;
+  into.c_floats = NB * MB;
+  run(local, NB, into);
+  TreeSum(local, blocks.count, NB * MB, NB * MB);
+  OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) out[m * ldc + r] =
+        local[m * NB + r];
+  }
+}
+
+// Whether SumTileBlocks leaves the blocks' sums for AddBlockSums to add.
+inline bool BlocksLeftToAdd(const KBlocks& blocks) {
+  return blocks.count > kTileSumBlocks;
+}
+
+// Rows [0, m), columns [n_begin, n_end) of every block's sums (at c + j *
+// blocks.c_floats) added in TreeSum order into block 0's.
+inline void AddBlockSums(float* c, int64_t ldc, int64_t m, int64_t n_begin,
+                         int64_t n_end, const KBlocks& blocks) {
+  for (int64_t row = 0; row < m; ++row) {
+    TreeSum(c + row * ldc + n_begin, blocks.count, blocks.c_floats,
+            n_end - n_begin);
+  }
+}
+
+// Tile<NB, MB> over the whole K of every block (one chunk), the blocks'
+// sums added (SumTileBlocks): the tile's own RunBlocks(a, lda, b, ldb, k,
+// col, row0, c, ldc, blocks, extra...) where it has one (one set-up for all
+// the blocks; `extra`: its further arguments), else Run once per block.
+template <int NB, int MB, template <int, int> class Tile, typename W,
+          typename... Extra>
 void RunTileBlocks(int64_t mb, const void* a, int64_t lda, const W* b,
                    int64_t ldb, int64_t k, int64_t col, int64_t row0, float* c,
-                   int64_t ldc, const KBlocks& blocks) {
+                   int64_t ldc, const KBlocks& blocks, const Extra&... extra) {
   if constexpr (MB > 1) {
     if (mb < MB) {
       RunTileBlocks<NB, MB - 1, Tile>(mb, a, lda, b, ldb, k, col, row0, c, ldc,
-                                      blocks);
+                                      blocks, extra...);
       return;
     }
   }
-  if constexpr (requires { &Tile<NB, MB>::RunBlocks; }) {
-    Tile<NB, MB>::RunBlocks(a, lda, b, ldb, k, col, row0, c, ldc, blocks);
-  } else {
-    const PartialSums whole{nullptr, 0, true, true};
-    for (int64_t j = 0; j < blocks.count; ++j) {
-      Tile<NB, MB>::Run(
-          static_cast<const char*>(a) + j * blocks.a_bytes, lda,
-          reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
-                                     j * blocks.b_bytes),
-          ldb, k, 0, k, col, row0, c + j * blocks.c_floats, ldc, whole);
-    }
-  }
+  SumTileBlocks<NB, MB>(
+      blocks, c + row0 * ldc + col, ldc,
+      [&](float* out, int64_t ld, const KBlocks& into) {
+        if constexpr (requires { &Tile<NB, MB>::RunBlocks; }) {
+          Tile<NB, MB>::RunBlocks(a, lda, b, ldb, k, col, row0, out, ld, into,
+                                  extra...);
+        } else {
+          static_assert(sizeof...(Extra) == 0);
+          const PartialSums whole{nullptr, 0, true, true};
+          for (int64_t j = 0; j < into.count; ++j) {
+            Tile<NB, MB>::Run(
+                static_cast<const char*>(a) + j * into.a_bytes, lda,
+                reinterpret_cast<const W*>(reinterpret_cast<const char*>(b) +
+                                           j * into.b_bytes),
+                ldb, k, 0, k, col, row0, out + j * into.c_floats, ld, whole);
+          }
+        }
+      });
 }
 
 // As RowsDriver, for compute-bound GEMMs: within a column block and a group
@@ -155,7 +211,10 @@ void RunTileBlocks(int64_t mb, const void* a, int64_t lda, const W* b,
 // rows there is nothing to reuse, and K is one chunk; so it is without
 // `partial` (null: no memory for it), and when K fits one chunk. In one
 // chunk a tile runs every K block in turn before the next tile (as
-// RowsDriver); with several, each block is a pass of its own.
+// RowsDriver) and adds the blocks' sums itself (SumTileBlocks); with
+// several, each block is a pass of its own, added at the end. Either way
+// c's block 0 holds the blocks' TreeSum on return (gemm_kernels.h,
+// GemmKernels::adds_k_blocks), and the other blocks' places are scratch.
 template <int kNb, int kMaxMb, template <int, int> class Tile, typename W>
 void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                        int64_t ldb, int64_t k, int64_t n_begin, int64_t n_end,
@@ -181,6 +240,9 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
                                          ldc, blocks);
         }
       }
+    }
+    if (BlocksLeftToAdd(blocks)) {
+      AddBlockSums(c, ldc, m, n_begin, n_end, blocks);
     }
     return;
   }
@@ -212,6 +274,7 @@ void ChunkedRowsDriver(const void* a, int64_t lda, int64_t m, const W* b,
       }
     }
   }
+  if (blocks.count > 1) AddBlockSums(c, ldc, m, n_begin, n_end, blocks);
 }
 
 // Floats of partial sums ChunkedRowsDriver needs for weight rows of

@@ -424,6 +424,63 @@ TEST_P(GemmTest, BlockSumsDoNotChangeWhenKIsSplitAcrossRanks) {
   }
 }
 
+// Block sums are each block's GEMM alone, added in TreeSum order, however
+// the kernels get there: a tile adding its own blocks (AVX-512), more
+// blocks than a tile holds (40), blocks longer than a K chunk (4160, with
+// rows for several row groups), on the streaming and the converted e4m3
+// paths (M = 13 and 40), over two threads.
+TEST_P(GemmTest, BlockSumsAreTheTreeSumOfEachBlockAlone) {
+  struct Case {
+    Shape s;
+    int64_t blocks;
+  };
+  for (const Case& c : {Case{{5, 19, 40 * 3}, 40}, Case{{20, 21, 36 * 5}, 36},
+                        Case{{3, 35, 8 * 24}, 8}, Case{{13, 9, 2 * 4160}, 2},
+                        Case{{40, 9, 2 * 4160}, 2}}) {
+    const Shape& s = c.s;
+    const int64_t kb = s.k / c.blocks;
+    const auto qa = RandomCodes(s.m * s.k, 51 + s.k);
+    const auto qb = RandomCodes(s.n * s.k, 52 + s.k);
+    const auto wb = RandomBf16(s.n * s.k, 53 + s.k);
+    std::vector<float> a(s.m * s.k);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = DecodeE4m3(qa[i]) * 0.3f;
+    const int64_t mn = s.m * s.n;
+    std::vector<float> e4m3(mn), rounded(mn), e4m3_parts(c.blocks * mn),
+        rounded_parts(c.blocks * mn);
+    ASSERT_TRUE(GemmE4m3BlockSums(qa.data(), qb.data(), s.m, s.n, s.k, c.blocks,
+                                  e4m3.data(), Options(2))
+                    .ok());
+    ASSERT_TRUE(GemmRoundedBf16BlockSums(a.data(), wb.data(), s.m, s.n, s.k,
+                                         c.blocks, rounded.data(), Options(2))
+                    .ok());
+    for (int64_t j = 0; j < c.blocks; ++j) {
+      const auto qa_j = KSlice(qa, s.m, s.k, j * kb, (j + 1) * kb);
+      const auto qb_j = KSlice(qb, s.n, s.k, j * kb, (j + 1) * kb);
+      const auto a_j = KSlice(a, s.m, s.k, j * kb, (j + 1) * kb);
+      const auto wb_j = KSlice(wb, s.n, s.k, j * kb, (j + 1) * kb);
+      ASSERT_TRUE(GemmE4m3BlockSums(qa_j.data(), qb_j.data(), s.m, s.n, kb, 1,
+                                    e4m3_parts.data() + j * mn, Options())
+                      .ok());
+      ASSERT_TRUE(GemmRoundedBf16BlockSums(a_j.data(), wb_j.data(), s.m, s.n,
+                                           kb, 1, rounded_parts.data() + j * mn,
+                                           Options())
+                      .ok());
+    }
+    TreeSum(e4m3_parts.data(), c.blocks, mn, mn);
+    TreeSum(rounded_parts.data(), c.blocks, mn, mn);
+    for (int64_t i = 0; i < mn; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(e4m3[i]),
+                std::bit_cast<uint32_t>(e4m3_parts[i]))
+          << "e4m3 M=" << s.m << " K=" << s.k << " in " << c.blocks
+          << " blocks, at " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]),
+                std::bit_cast<uint32_t>(rounded_parts[i]))
+          << "rounded bf16 M=" << s.m << " K=" << s.k << " in " << c.blocks
+          << " blocks, at " << i;
+    }
+  }
+}
+
 TEST_P(GemmTest, NanCodesPropagate) {
   for (const Shape& s : {Shape{1, 9, 40}, Shape{3, 5, 33}, Shape{20, 37, 70}}) {
     auto qa = RandomCodes(s.m * s.k, 21);
