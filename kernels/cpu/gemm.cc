@@ -212,6 +212,21 @@ char* PrepareABlocks(const GemmKernels& kern, const Problem<A, B>& p,
   return a;
 }
 
+// The K blocks of p's raw weights as the kernels see them: block j of a
+// weight row kb elements further along, its sums [m][n] further on.
+template <typename A, typename B>
+KBlocks RawBlocks(const Problem<A, B>& p, const BlockLayout& l) {
+  return {l.blocks, l.a_block_bytes, l.kb * static_cast<int64_t>(sizeof(B)),
+          p.m * p.n};
+}
+
+// And of a converted block of `rows` weight rows ([blocks][rows][ld]).
+template <typename A, typename B>
+KBlocks ConvertedBlocks(const Problem<A, B>& p, const BlockLayout& l,
+                        int64_t rows) {
+  return {l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n};
+}
+
 // Weight rows per converted block: an L2-sized block of whole tiles.
 int64_t ConvertedBlockRows(const GemmKernels& kern, const BlockLayout& l) {
   const int64_t tile = kern.prepared_rows_per_tile;
@@ -235,16 +250,14 @@ void RunConvertingE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
   const int64_t block = ConvertedBlockRows(kern, l);
   char* b = ThreadScratch<Scratch::kConvertedB>(block * l.blocks * l.row_bytes);
   const int64_t first = std::min<int64_t>(p.m, kern.converting_max_m);
-  const KBlocks raw_blocks{l.blocks, l.a_block_bytes, l.kb, p.m * p.n};
   for (int64_t c0 = col0; c0 < col1; c0 += block) {
     const int64_t rows = std::min(block, col1 - c0);
     kern.e4m3_rows_converting(a, l.ld, first, p.b, p.k, l.kb, c0, c0 + rows,
-                              sums, p.n, raw_blocks, b, l.ld,
+                              sums, p.n, RawBlocks(p, l), b, l.ld,
                               rows * l.row_bytes);
-    kern.prepared_rows(
-        a + first * l.row_bytes, l.ld, p.m - first, b, l.ld,
-        ConvertedK(kern, l), 0, rows, sums + first * p.n + c0, p.n,
-        KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
+    kern.prepared_rows(a + first * l.row_bytes, l.ld, p.m - first, b, l.ld,
+                       ConvertedK(kern, l), 0, rows, sums + first * p.n + c0,
+                       p.n, ConvertedBlocks(p, l, rows));
   }
 }
 
@@ -278,9 +291,8 @@ void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
       }
       kern.convert_b_e4m3(src, rows, l.kb, l.ld, b + j * rows * l.row_bytes);
     }
-    kern.prepared_rows(
-        a, l.ld, p.m, b, l.ld, ConvertedK(kern, l), 0, rows, sums + c0, p.n,
-        KBlocks{l.blocks, l.a_block_bytes, rows * l.row_bytes, p.m * p.n});
+    kern.prepared_rows(a, l.ld, p.m, b, l.ld, ConvertedK(kern, l), 0, rows,
+                       sums + c0, p.n, ConvertedBlocks(p, l, rows));
   }
 }
 
@@ -297,8 +309,7 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
                     ? static_cast<float*>(p.y)
                     : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
                           l.blocks * p.m * p.n * sizeof(float)));
-  const KBlocks raw_blocks{l.blocks, l.a_block_bytes,
-                           l.kb * static_cast<int64_t>(sizeof(B)), p.m * p.n};
+  const KBlocks raw_blocks = RawBlocks(p, l);
   const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
   float* out_scale = reinterpret_cast<float*>(
       ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
