@@ -18,10 +18,13 @@
 #   llama-bench -p 128,512 -n 64 -r 1 -t THREADS on the BF16 and Q8_0 files;
 #   bench_decode on DIR (unquantized and FP8 models loaded once per run):
 #   prefill of 128 and of 512 tokens, 3 prefills each (--prefill_reps), and
-#   64 decode steps of one sequence.
+#   64 decode steps of one sequence, with a third model there: FP8 with
+#   its lm_head in FP8 too (--quantize_lm_head, "fp8+head"; Q8_0 quantizes
+#   llama.cpp's output tensor as well, octet's default keeps it bfloat16).
 # and prints each round's tokens/s and, per measure, the median over rounds
 # of the ratios octet unquantized / llama.cpp BF16, octet FP8 / llama.cpp
-# Q8_0 and octet FP8 / llama.cpp BF16, with their spread (min-max).
+# Q8_0, octet FP8 / llama.cpp BF16 and, for decode, octet fp8+head /
+# llama.cpp Q8_0, with their spread (min-max).
 #
 # llama-bench's tg64 generates from an empty context; octet's decode steps
 # follow a 16-token prompt. Both use THREADS threads.
@@ -112,7 +115,8 @@ for r in $(seq 1 "$rounds"); do
       --batch 1 --prompt_tokens "$p" --prefill_reps 3 --steps 1 > "$out/octet-pp$p-$r.txt" 2>&1
   done
   "$bin/bench_decode" --model "$model" --device cpu --threads "$threads" \
-    --batch 1 --prompt_tokens 16 --steps 64 > "$out/octet-tg-$r.txt" 2>&1
+    --batch 1 --prompt_tokens 16 --steps 64 --quantize_lm_head \
+    > "$out/octet-tg-$r.txt" 2>&1
 done
 
 "$python" - "$out" "$rounds" <<'EOF'
@@ -129,15 +133,16 @@ def llama(type_, r):
     return got
 
 def octet(r):
-    """{"none": {...}, "fp8": {...}} tokens/s of one round's bench_decode runs."""
-    got = {"none": {}, "fp8": {}}
+    """{"none": {...}, "fp8": {...}, "fp8+head": {...}} tokens/s of one
+    round's bench_decode runs (fp8+head: decode only)."""
+    got = {"none": {}, "fp8": {}, "fp8+head": {}}
     for p in (128, 512):
         for line in open(f"{out}/octet-pp{p}-{r}.txt"):
             m = re.match(r"(none|fp8) +prefill median .* = ([0-9.]+) tokens/s", line)
             if m:
                 got[m.group(1)][f"pp{p}"] = float(m.group(2))
     for line in open(f"{out}/octet-tg-{r}.txt"):
-        m = re.match(r"(none|fp8) +median .* = ([0-9.]+) tokens/s", line)
+        m = re.match(r"(none|fp8|fp8\+head) +median .* = ([0-9.]+) tokens/s", line)
         if m:
             got[m.group(1)]["tg64"] = float(m.group(2))
     return got
@@ -147,14 +152,20 @@ for r in range(1, rounds + 1):
     b, q, o = llama("bf16", r), llama("q8_0", r), octet(r)
     rows.append((b, q, o))
     for key in ("pp128", "pp512", "tg64"):
+        head = f"  fp8+head {o['fp8+head'][key]:8.1f}" if key in o["fp8+head"] else ""
         print(f"round {r} {key:5}  llama.cpp bf16 {b[key]:8.1f}  q8_0 {q[key]:8.1f}   "
-              f"octet none {o['none'][key]:8.1f}  fp8 {o['fp8'][key]:8.1f}  tokens/s")
+              f"octet none {o['none'][key]:8.1f}  fp8 {o['fp8'][key]:8.1f}{head}  tokens/s")
 print()
-print(f"{'measure':8} {'none/bf16':>18} {'fp8/q8_0':>18} {'fp8/bf16':>18}   (median of {rounds} rounds, min-max)")
+print(f"{'measure':8} {'none/bf16':>18} {'fp8/q8_0':>18} {'fp8/bf16':>18} "
+      f"{'fp8+head/q8_0':>18}   (median of {rounds} rounds, min-max)")
 for key in ("pp128", "pp512", "tg64"):
     cells = []
-    for mine, theirs in (("none", "bf16"), ("fp8", "q8_0"), ("fp8", "bf16")):
+    for mine, theirs in (("none", "bf16"), ("fp8", "q8_0"), ("fp8", "bf16"),
+                         ("fp8+head", "q8_0")):
+        if key not in rows[0][2][mine]:
+            cells.append("-")
+            continue
         ratios = [o[mine][key] / (b if theirs == "bf16" else q)[key] for b, q, o in rows]
         cells.append(f"{statistics.median(ratios):6.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
-    print(f"{key:8} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18}")
+    print(f"{key:8} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} {cells[3]:>18}")
 EOF
