@@ -315,8 +315,12 @@ struct E4m3Tile {
             _MM_HINT_T2);
       }
       OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-        const __m512i x0 = _mm512_loadu_si512(a + m * lda + i);
-        const __m512i x1 = _mm512_loadu_si512(a + m * lda + i + 32);
+        __m512i x0 = _mm512_loadu_si512(a + m * lda + i);
+        __m512i x1 = _mm512_loadu_si512(a + m * lda + i + 32);
+        // Loaded once, kept in registers: otherwise GCC 12 reloads them for
+        // each weight row where the decoded rows are also stored (kStore:
+        // 31 loads a step where 16 do).
+        asm("" : "+v"(x0), "+v"(x1));
         OCTET_UNROLL for (int r = 0; r < NB; ++r) {
           acc[r][m] = _mm512_dpbf16_ps(acc[r][m], AsBh(x0), AsBh(w0[r]));
           acc[r][m] = _mm512_dpbf16_ps(acc[r][m], AsBh(x1), AsBh(w1[r]));
@@ -325,7 +329,7 @@ struct E4m3Tile {
     }
   }
 
-  // Not inlined (nor RunBlocks, nor Bf16Tile::Run): inlined into
+  // Not inlined (nor RunBlocksOf, nor Bf16Tile::Run): inlined into
   // SumTileBlocks (rows_tiling.h), GCC 12 kept the accumulators in memory,
   // storing every one of them on every step (BF16 at M = 8 with 8 K blocks
   // 1.3x slower).
@@ -347,10 +351,28 @@ struct E4m3Tile {
   // narrow blocks (24 codes in SmolLM2's o_proj) are short runs, where the
   // set-up and the calls are much of the work. With `converted`, each
   // weight row decoded is also written there.
-  [[gnu::noinline]] static void RunBlocks(
-      const void* a_ptr, int64_t lda, const uint8_t* b, int64_t ldb, int64_t k,
-      int64_t col, int64_t row0, float* c, int64_t ldc, const KBlocks& blocks,
-      const ConvertedRows* converted = nullptr) {
+  static void RunBlocks(const void* a_ptr, int64_t lda, const uint8_t* b,
+                        int64_t ldb, int64_t k, int64_t col, int64_t row0,
+                        float* c, int64_t ldc, const KBlocks& blocks,
+                        const ConvertedRows* converted = nullptr) {
+    if (converted == nullptr) {
+      RunBlocksOf<false>(a_ptr, lda, b, ldb, k, col, row0, c, ldc, blocks, {});
+    } else {
+      RunBlocksOf<true>(a_ptr, lda, b, ldb, k, col, row0, c, ldc, blocks,
+                        *converted);
+    }
+  }
+
+  // RunBlocks, with or without the converted rows: two functions, for with
+  // both loops in one GCC 12 kept a single register for the activations
+  // and loaded each twice (bench_gemm FP8 at M = 16 up to 1.4x slower).
+  template <bool kStore>
+  [[gnu::noinline]] static void RunBlocksOf(const void* a_ptr, int64_t lda,
+                                            const uint8_t* b, int64_t ldb,
+                                            int64_t k, int64_t col,
+                                            int64_t row0, float* c, int64_t ldc,
+                                            const KBlocks& blocks,
+                                            const ConvertedRows& converted) {
     const E4m3Decoder dec;
     const PartialSums whole{nullptr, 0, true, true};
     for (int64_t j = 0; j < blocks.count; ++j) {
@@ -359,15 +381,11 @@ struct E4m3Tile {
       const Bf16* a = reinterpret_cast<const Bf16*>(
                           static_cast<const char*>(a_ptr) + j * blocks.a_bytes) +
                       row0 * lda;
-      const uint8_t* bj = b + j * blocks.b_bytes;
-      if (converted == nullptr) {
-        Accumulate(dec, a, lda, bj, ldb, k, 0, k, col, acc);
-      } else {
-        Accumulate<true>(dec, a, lda, bj, ldb, k, 0, k, col, acc,
-                         converted->out + j * converted->block +
-                             (col - converted->col0) * converted->ld,
-                         converted->ld);
-      }
+      Bf16* out = kStore ? converted.out + j * converted.block +
+                               (col - converted.col0) * converted.ld
+                         : nullptr;
+      Accumulate<kStore>(dec, a, lda, b + j * blocks.b_bytes, ldb, k, 0, k, col,
+                         acc, out, converted.ld);
       StorePartial<NB, MB>(whole, acc, c + j * blocks.c_floats, ldc);
     }
   }
