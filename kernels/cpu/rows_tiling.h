@@ -143,8 +143,9 @@ void SumTileBlocks(const KBlocks& blocks, float* out, int64_t ldc, RunAll run) {
   run(local, NB, into);
   TreeSum(local, blocks.count, NB * MB, NB * MB);
   OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-    OCTET_UNROLL for (int r = 0; r < NB; ++r) out[m * ldc + r] =
-        local[m * NB + r];
+    OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+      out[m * ldc + r] = local[m * NB + r];
+    }
   }
 }
 
