@@ -339,11 +339,13 @@ int Main(int argc, char** argv) {
                        [&](Runner& r) { return step(r, prompt); });
       if (!ms.ok()) return Fail(ms.status());
       if (profiler != nullptr) {
+        for (Runner& r : runners) {  // fresh caches, outside the profile
+          absl::Status s = NewCache(r, batch, tokens);
+          if (!s.ok()) return Fail(s);
+        }
         absl::StatusOr<std::string> table =
-            ProfileEach(*profiler, runners, 1, *ms, [&](Runner& r) {
-              absl::Status s = NewCache(r, batch, tokens);
-              return s.ok() ? step(r, prompt) : s;
-            });
+            ProfileEach(*profiler, runners, 1, *ms,
+                        [&](Runner& r) { return step(r, prompt); });
         if (!table.ok()) return Fail(table.status());
         std::printf(
             "profile of the prefill (%d x %d tokens): one eager prefill each, "
