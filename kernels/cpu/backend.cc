@@ -147,7 +147,7 @@ class CpuBackend : public Backend {
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
     cpu::SiluMulRef(static_cast<const float*>(x), rows, cols,
-                    static_cast<float*>(out));
+                    static_cast<float*>(out), threads_);
     return absl::OkStatus();
   }
   absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,

@@ -83,7 +83,14 @@ void AddBiasRef(float* x, const float* bias, int64_t rows, int64_t cols) {
   }
 }
 
-void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out) {
+void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out,
+                int threads) {
+  // A library exp per element: 60 ms of a 128-token llama-1b prefill on one
+  // thread (bench_decode --profile, 2026-12-06). A vectorized exp changed
+  // the bits by a few ulp, and that moved SmolLM2's FP8 per-tensor
+  // perplexity by 1.5% (chaotic at that level), past the GGUF oracle's 1%:
+  // rows split across threads instead, the same bits.
+#pragma omp parallel for num_threads(threads) if (rows > 1 && threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = x + r * 2 * cols;
     const float* u = g + cols;

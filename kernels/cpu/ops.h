@@ -30,7 +30,8 @@ void RmsNormHeadsRef(float* x, int64_t rows, int64_t heads, int64_t head_dim,
 
 void AddBiasRef(float* x, const float* bias, int64_t rows, int64_t cols);
 
-void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out);
+void SiluMulRef(const float* x, int64_t rows, int64_t cols, float* out,
+                int threads = 1);
 
 void WriteKvRef(const float* k, const float* v, int64_t row_stride,
                 int64_t kv_heads, int64_t head_dim,
