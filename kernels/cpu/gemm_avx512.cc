@@ -200,10 +200,14 @@ inline void StoreSums2x8(__m512 (&acc)[2][8], float* c, int64_t ldc) {
     v[q + 12] = acc[1][q + 4];
   }
   const __m512 s = ReduceAdd16(v);
+  // The quarters' indices are immediates, so not a loop's (unrolled only
+  // when optimizing: the -O1 sanitizer builds would not compile it).
+  const __m128 x[4] = {_mm512_castps512_ps128(s), _mm512_extractf32x4_ps(s, 1),
+                       _mm512_extractf32x4_ps(s, 2),
+                       _mm512_extractf32x4_ps(s, 3)};
   OCTET_UNROLL for (int q = 0; q < 4; ++q) {
-    const __m128 x = _mm512_extractf32x4_ps(s, q);
-    _mm_storel_pi(reinterpret_cast<__m64*>(c + q * ldc), x);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(c + (q + 4) * ldc), x);
+    _mm_storel_pi(reinterpret_cast<__m64*>(c + q * ldc), x[q]);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(c + (q + 4) * ldc), x[q]);
   }
 }
 
