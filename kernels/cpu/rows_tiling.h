@@ -124,6 +124,11 @@ void RunChunkTile(int64_t mb, const void* a, int64_t lda, const W* b,
 // binary32 sums of a 4 x 6 tile, 3 KiB on the stack.
 constexpr int64_t kTileSumBlocks = 32;
 
+// Whether SumTileBlocks leaves the blocks' sums for AddBlockSums to add.
+inline bool BlocksLeftToAdd(const KBlocks& blocks) {
+  return blocks.count > kTileSumBlocks;
+}
+
 // The blocks' sums of one NB x MB tile added in TreeSum order
 // (kernels/tree_sum.h) into out[m * ldc + r]: `run(c, ldc, blocks)` runs the
 // tile over every K block of `blocks`, writing block j's sums at c + j *
@@ -133,7 +138,7 @@ constexpr int64_t kTileSumBlocks = 32;
 // kTileSumBlocks go to out block by block, for AddBlockSums.
 template <int NB, int MB, typename RunAll>
 void SumTileBlocks(const KBlocks& blocks, float* out, int64_t ldc, RunAll run) {
-  if (blocks.count == 1 || blocks.count > kTileSumBlocks) {
+  if (blocks.count == 1 || BlocksLeftToAdd(blocks)) {
     run(out, ldc, blocks);
     return;
   }
@@ -147,11 +152,6 @@ void SumTileBlocks(const KBlocks& blocks, float* out, int64_t ldc, RunAll run) {
       out[m * ldc + r] = local[m * NB + r];
     }
   }
-}
-
-// Whether SumTileBlocks leaves the blocks' sums for AddBlockSums to add.
-inline bool BlocksLeftToAdd(const KBlocks& blocks) {
-  return blocks.count > kTileSumBlocks;
 }
 
 // Rows [0, m), columns [n_begin, n_end) of every block's sums (at c + j *
