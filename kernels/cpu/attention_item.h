@@ -68,52 +68,131 @@ OCTET_V_INLINE V ExpNonPositive(V x) {
   return x != x ? x : (x < -87.0f ? Splat(0.0f) : y);
 }
 
-// The context's keys of the item's KV head, transposed: kt[d][j - j0];
-// columns past the context are zero.
-inline void TransposeKeys(const AttentionItem& it) {
-  const int64_t n = it.context - it.j0;
-  for (int64_t j = 0; j < n; ++j) {
-    const float* k = it.k_cache +
-                     static_cast<int64_t>(it.slots[j]) * it.kv_width +
-                     it.kv_head * it.head_dim;
-    for (int64_t d = 0; d < it.head_dim; ++d)
-      it.kt[d * it.kt_stride + j] = k[d];
+// Stage kHalf of a kWidth x kWidth transpose in registers (m[r]: row r):
+// in every aligned pair of kHalf-wide row and column blocks, the upper
+// right kHalf x kHalf block swaps with the lower left. One stage per bit of
+// the index, log2(kWidth) in all, turn rows into columns.
+template <int kHalf>
+OCTET_V_INLINE void SwapBlocks(V (&m)[kWidth]) {
+  VI lo, hi;  // indices into (a, b): b's lanes from kWidth
+  for (int c = 0; c < kWidth; ++c) {
+    lo[c] = (c & kHalf) != 0 ? kWidth + c - kHalf : c;
+    hi[c] = (c & kHalf) != 0 ? kWidth + c : c + kHalf;
   }
+  for (int r = 0; r < kWidth; ++r) {
+    if ((r & kHalf) != 0) continue;
+    const V a = m[r], b = m[r + kHalf];
+    m[r] = __builtin_shuffle(a, b, lo);
+    m[r + kHalf] = __builtin_shuffle(a, b, hi);
+  }
+}
+
+OCTET_V_INLINE void Transpose(V (&m)[kWidth]) {
+  if constexpr (kWidth == 16) SwapBlocks<8>(m);
+  SwapBlocks<4>(m);
+  SwapBlocks<2>(m);
+  SwapBlocks<1>(m);
+}
+
+// The context's keys of the item's KV head, transposed: kt[d][j - j0];
+// columns past the context are zero. kWidth keys by kWidth of d at a time,
+// transposed in registers: loading a block's rows together keeps many of
+// the cache's lines in flight, where copying one float at a time (a store
+// to another line each) waited on every row's in turn.
+inline void TransposeKeys(const AttentionItem& it) {
+  const int64_t n = it.context - it.j0, hd = it.head_dim;
+  const int64_t whole_d = hd / kWidth * kWidth;
+  auto key = [&](int64_t j) {
+    return it.k_cache + static_cast<int64_t>(it.slots[j]) * it.kv_width +
+           it.kv_head * hd;
+  };
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) {
+    const float* rows[kWidth];
+    for (int l = 0; l < kWidth; ++l) rows[l] = key(j + l);
+    for (int64_t d = 0; d < whole_d; d += kWidth) {
+      V m[kWidth];
+      for (int l = 0; l < kWidth; ++l) m[l] = Load(rows[l] + d);
+      Transpose(m);
+      for (int x = 0; x < kWidth; ++x) {
+        Store(it.kt + (d + x) * it.kt_stride + j, m[x]);
+      }
+    }
+    for (int64_t d = whole_d; d < hd; ++d) {
+      for (int l = 0; l < kWidth; ++l) {
+        it.kt[d * it.kt_stride + j + l] = rows[l][d];
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    const float* k = key(j);
+    for (int64_t d = 0; d < hd; ++d) it.kt[d * it.kt_stride + j] = k[d];
+  }
+  for (int64_t d = 0; d < hd; ++d) {
+    for (j = n; j < it.kt_stride; ++j) it.kt[d * it.kt_stride + j] = 0;
+  }
+}
+
+// Accumulators a step of Scores or WeightValues keeps. Each is a chain of
+// fused multiply-adds, each waiting on the one before (4 cycles), and two
+// issue per cycle: one block of sixteen keys (or of head_dim) for four
+// heads, 4 chains with AVX-512, left it waiting most of the time. So a step
+// takes up to four blocks: 16 chains on AVX-512 (half its 32 registers);
+// AVX2 (16 registers, two of them per block) keeps 8. Each accumulator adds
+// its own products in the same order however many a step takes: the bits
+// do not change.
+constexpr int kMaxAccumulators = kWidth == 16 ? 16 : 8;
+template <int kH>
+constexpr int kBlocksPerStep =
+    kMaxAccumulators / (kH * kN)<1 ? 1 : kMaxAccumulators / (kH * kN)> 4
+        ? 4
+        : kMaxAccumulators / (kH * kN);
+
+// Scores of kH query heads against kB blocks of kLanes keys, starting at
+// key `first` of kt: scores[i][j] = (sum over d, in order, of q[i][d] *
+// k_j[d]) * scale.
+template <int kH, int kB>
+inline void ScoreBlocks(const AttentionItem& it, const float* const* q,
+                        int64_t off, int64_t first) {
+  V acc[kH][kB][kN] = {};
+  const float* kb = it.kt + off + first;
   for (int64_t d = 0; d < it.head_dim; ++d) {
-    for (int64_t j = n; j < it.kt_stride; ++j) it.kt[d * it.kt_stride + j] = 0;
+    V k[kB][kN];
+#pragma GCC unroll 8
+    for (int c = 0; c < kB * kN; ++c) {
+      k[c / kN][c % kN] = Load(kb + d * it.kt_stride + c * kWidth);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kH; ++i) {
+      const float qd = q[i][d];
+#pragma GCC unroll 8
+      for (int c = 0; c < kB * kN; ++c) {
+        acc[i][c / kN][c % kN] += qd * k[c / kN][c % kN];
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < kH; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kB * kN; ++c) {
+      Store(it.scores + i * it.kt_stride + first + c * kWidth,
+            acc[i][c / kN][c % kN] * it.scale);
+    }
   }
 }
 
 // Scores of kH query heads (q[i] their rows) against keys [off, off + len)
-// of kt: scores[i][j] = (sum over d, in order, of q[i][d] * k_j[d]) * scale,
-// kLanes keys per step (the lanes past len are scratch).
+// of kt, kBlocksPerStep blocks of kLanes keys at a time, then one (the
+// lanes past len are scratch).
 template <int kH>
 inline void Scores(const AttentionItem& it, const float* const* q, int64_t off,
                    int64_t len) {
-  for (int64_t b = 0; b < len; b += kLanes) {
-    V acc[kH][kN] = {};
-    const float* kb = it.kt + off + b;
-    for (int64_t d = 0; d < it.head_dim; ++d) {
-      V k[kN];
-#pragma GCC unroll 2
-      for (int n = 0; n < kN; ++n)
-        k[n] = Load(kb + d * it.kt_stride + n * kWidth);
-#pragma GCC unroll 4
-      for (int i = 0; i < kH; ++i) {
-        const float qd = q[i][d];
-#pragma GCC unroll 2
-        for (int n = 0; n < kN; ++n) acc[i][n] += qd * k[n];
-      }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kH; ++i) {
-#pragma GCC unroll 2
-      for (int n = 0; n < kN; ++n) {
-        Store(it.scores + i * it.kt_stride + b + n * kWidth,
-              acc[i][n] * it.scale);
-      }
-    }
+  constexpr int kB = kBlocksPerStep<kH>;
+  int64_t b = 0;
+  for (; b + kB * kLanes <= len; b += kB * kLanes) {
+    ScoreBlocks<kH, kB>(it, q, off, b);
   }
+  for (; b < len; b += kLanes) ScoreBlocks<kH, 1>(it, q, off, b);
 }
 
 // Softmax weights of scores [0, len) in place: e^(s - max) / denominator,
@@ -146,38 +225,59 @@ inline void Softmax(float* s, int64_t len) {
   for (int64_t b = 0; b < len; b += kWidth) Store(s + b, Load(s + b) / denom);
 }
 
+// out_i[d] = sum over keys j, in order, of p_ij * v_j[d] for kH heads and
+// kB blocks of kLanes values of d from d0.
+template <int kH, int kB>
+inline void WeightBlocks(const AttentionItem& it, int64_t off, int64_t len,
+                         int64_t d0, float* const* out) {
+  const float* p = it.scores;
+  V acc[kH][kB][kN] = {};
+  for (int64_t j = 0; j < len; ++j) {
+    const float* vj = it.v_cache +
+                      static_cast<int64_t>(it.slots[off + j]) * it.kv_width +
+                      it.kv_head * it.head_dim + d0;
+    V v[kB][kN];
+#pragma GCC unroll 8
+    for (int c = 0; c < kB * kN; ++c) {
+      v[c / kN][c % kN] = Load(vj + c * kWidth);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kH; ++i) {
+      const float pij = p[i * it.kt_stride + j];
+#pragma GCC unroll 8
+      for (int c = 0; c < kB * kN; ++c) {
+        acc[i][c / kN][c % kN] += pij * v[c / kN][c % kN];
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < kH; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kB * kN; ++c) {
+      Store(out[i] + d0 + c * kWidth, acc[i][c / kN][c % kN]);
+    }
+  }
+}
+
 // out_i[d] = sum over keys j, in order, of p_ij * v_j[d], for kH heads:
-// kLanes of d at a time, the rest one by one.
+// kBlocksPerStep blocks of kLanes of d at a time, then one, the rest of d
+// one by one.
 template <int kH>
 inline void WeightValues(const AttentionItem& it, int64_t off, int64_t len,
                          float* const* out) {
+  constexpr int kB = kBlocksPerStep<kH>;
   const int64_t hd = it.head_dim, whole = hd / kLanes * kLanes;
+  int64_t d = 0;
+  for (; d + kB * kLanes <= whole; d += kB * kLanes) {
+    WeightBlocks<kH, kB>(it, off, len, d, out);
+  }
+  for (; d < whole; d += kLanes) WeightBlocks<kH, 1>(it, off, len, d, out);
   const float* p = it.scores;
   auto value = [&](int64_t j) {
     return it.v_cache + static_cast<int64_t>(it.slots[off + j]) * it.kv_width +
            it.kv_head * hd;
   };
-  for (int64_t d = 0; d < whole; d += kLanes) {
-    V acc[kH][kN] = {};
-    for (int64_t j = 0; j < len; ++j) {
-      const float* vj = value(j) + d;
-      V v[kN];
-#pragma GCC unroll 2
-      for (int n = 0; n < kN; ++n) v[n] = Load(vj + n * kWidth);
-#pragma GCC unroll 4
-      for (int i = 0; i < kH; ++i) {
-        const float pij = p[i * it.kt_stride + j];
-#pragma GCC unroll 2
-        for (int n = 0; n < kN; ++n) acc[i][n] += pij * v[n];
-      }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kH; ++i) {
-#pragma GCC unroll 2
-      for (int n = 0; n < kN; ++n) Store(out[i] + d + n * kWidth, acc[i][n]);
-    }
-  }
-  for (int64_t d = whole; d < hd; ++d) {
+  for (d = whole; d < hd; ++d) {
     for (int i = 0; i < kH; ++i) {
       float acc = 0.0f;
       for (int64_t j = 0; j < len; ++j) {

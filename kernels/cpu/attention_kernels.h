@@ -8,12 +8,14 @@
 // score; on a 512-token prompt it was ~40% of a llama-1b prefill. The
 // kernel takes all the sequence's tokens of one KV head at once:
 //   1. the context's keys, transposed into a [head_dim][context] scratch
-//      (once, for every query head of the KV head and every token);
-//   2. scores for up to four query heads at a time, sixteen keys per step,
-//      summed over head_dim in order: no horizontal sums;
+//      (once, for every query head of the KV head and every token), a
+//      block of keys at a time in registers;
+//   2. scores for up to four query heads at a time, up to four blocks of
+//      sixteen keys per step, summed over head_dim in order: no
+//      horizontal sums;
 //   3. exp by a branch-free polynomial (vectorized), the denominator in
-//      sixteen fixed lanes, then values weighted in key order, sixteen of
-//      head_dim at a time for up to four heads.
+//      sixteen fixed lanes, then values weighted in key order, up to four
+//      blocks of sixteen of head_dim at a time for up to four heads.
 // Each (token, head)'s arithmetic depends only on its own query, its
 // context and the cache, never on the other tokens or heads of the call:
 // results do not change with the batch or the TP degree. They differ from
