@@ -195,6 +195,10 @@ class LlamaModel {
 
   // Device bytes of all weights (linear layers, embeddings, lm_head, norms).
   uint64_t WeightBytes() const;
+  // The weight bytes one decode step reads: all of them once but the
+  // embedding table, of which a step reads only its tokens' rows (left
+  // out), unless the table is the lm_head too (tied, not quantized).
+  uint64_t StepWeightBytes() const;
 
  private:
   struct Layer {

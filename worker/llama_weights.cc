@@ -379,8 +379,16 @@ const LinearWeight& LlamaModel::projection(int64_t layer,
 }
 
 uint64_t LlamaModel::WeightBytes() const {
-  uint64_t total = embedding_.data.bytes() + final_norm_.bytes();
-  if (!config_.tie_word_embeddings || lm_head_.dtype == DType::kE4m3) {
+  const bool table_is_head =
+      config_.tie_word_embeddings && lm_head_.dtype != DType::kE4m3;
+  return StepWeightBytes() + (table_is_head ? 0 : embedding_.data.bytes());
+}
+
+uint64_t LlamaModel::StepWeightBytes() const {
+  uint64_t total = final_norm_.bytes();
+  if (config_.tie_word_embeddings && lm_head_.dtype != DType::kE4m3) {
+    total += embedding_.data.bytes();  // the lm_head is a view of it
+  } else {
     total += lm_head_.data.bytes() + lm_head_.scale.bytes();
   }
   for (const Layer& l : layers_) {

@@ -15,11 +15,14 @@
 // Loading a large model dominates the run (the mistral-7b preset is 14 GB,
 // loaded twice), so one process measures every batch size.
 //
-// Each batch size also prints the step's roofline: every weight read once
-// (LlamaModel::WeightBytes) at the device's read bandwidth, measured at the
-// start of the same run (tests/bench/membw.h), and the share of it each
-// model's step reaches (roofline ms over step ms; the KV cache's reads and
-// the activations are left out, so a share is an upper bound's fraction).
+// Each batch size also prints the step's roofline: every weight a step
+// reads, read once (LlamaModel::StepWeightBytes: all but the embedding
+// table, unless it is the lm_head) at the device's read bandwidth, measured
+// at the start of the same run (tests/bench/membw.h), and the share of it
+// each model's step reaches (roofline ms over step ms; the KV cache's reads
+// and the activations are left out, so a share is an upper bound's
+// fraction). A shared VM's bandwidth drifts between that measurement and
+// the steps, by 10-20%: a share a little over 100% is that drift.
 //
 // --quantize_lm_head adds a third model, "fp8+head": FP8 with the lm_head
 // in FP8 too (ModelOptions::quantize_lm_head), its steps interleaved with
@@ -214,11 +217,11 @@ absl::StatusOr<double> ReadBandwidthGBps(const Backend& backend,
 void PrintRoofline(const std::vector<Runner>& runners,
                    const std::vector<double>& ms, double gbps) {
   std::printf(
-      "roofline (every weight read once per step at %.0f GB/s, "
+      "roofline (the weights a step reads, read once, at %.0f GB/s, "
       "measured now):",
       gbps);
   for (size_t i = 0; i < runners.size(); ++i) {
-    const double roof_ms = runners[i].model->WeightBytes() / (gbps * 1e6);
+    const double roof_ms = runners[i].model->StepWeightBytes() / (gbps * 1e6);
     std::printf("%s %s %.2f ms = %.0f%% reached", i == 0 ? "" : ",",
                 runners[i].name, roof_ms, 100.0 * roof_ms / ms[i]);
   }

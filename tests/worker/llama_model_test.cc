@@ -271,11 +271,24 @@ TEST_P(ReferenceTest, Fp8LmHeadStaysCloseToTheUnquantizedHead) {
   ASSERT_TRUE(fp8.ok() && fp8_head.ok()) << fp8_head.status();
   // Tied embeddings keep their table and add the FP8 head; an untied head
   // shrinks to a byte per weight.
-  if ((*ckpt)->config().tie_word_embeddings) {
+  const ModelConfig& config = (*ckpt)->config();
+  if (config.tie_word_embeddings) {
     EXPECT_GT((*fp8_head)->WeightBytes(), (*fp8)->WeightBytes());
   } else {
     EXPECT_LT((*fp8_head)->WeightBytes(), (*fp8)->WeightBytes());
   }
+  // A decode step reads the embedding table only where it is the lm_head;
+  // the FP8 head's step reads a byte per head weight, not the table.
+  const uint64_t table =
+      (*fp8_head)->WeightBytes() - (*fp8_head)->StepWeightBytes();
+  const uint64_t table_weights =
+      static_cast<uint64_t>(config.vocab_size) * config.hidden_size;
+  EXPECT_TRUE(table == 2 * table_weights || table == 4 * table_weights)
+      << table << " bytes left out of a step, for a table of " << table_weights
+      << " weights";
+  EXPECT_EQ((*fp8)->WeightBytes() - (*fp8)->StepWeightBytes(),
+            config.tie_word_embeddings ? 0 : table);
+  EXPECT_LT((*fp8_head)->StepWeightBytes(), (*fp8)->StepWeightBytes());
   const Agreement r =
       Compare(**fp8, **fp8_head, c.prompt, (*ckpt)->config().vocab_size, 9);
   EXPECT_GT(r.cosine, 0.995);
