@@ -149,35 +149,40 @@ constexpr int BlocksPerStep(int heads) {
   return blocks < 1 ? 1 : (blocks > 4 ? 4 : blocks);
 }
 
+// acc[i][c] += x(i) * vector c at `row`, for kH heads and kC vectors: a
+// step of ScoreBlocks (row: kt's row d, x: each head's query element d)
+// and of WeightBlocks (row: key j's values, x: each head's weight of j).
+template <int kH, int kC, typename X>
+OCTET_V_INLINE void MultiplyAdd(V (&acc)[kH][kC], const float* row, X x) {
+  V r[kC];
+#pragma GCC unroll 8
+  for (int c = 0; c < kC; ++c) r[c] = Load(row + c * kWidth);
+#pragma GCC unroll 4
+  for (int i = 0; i < kH; ++i) {
+    const float xi = x(i);
+#pragma GCC unroll 8
+    for (int c = 0; c < kC; ++c) acc[i][c] += xi * r[c];
+  }
+}
+
 // Scores of kH query heads against kB blocks of kLanes keys, starting at
 // key `first` of kt: scores[i][j] = (sum over d, in order, of q[i][d] *
 // k_j[d]) * scale.
 template <int kH, int kB>
 inline void ScoreBlocks(const AttentionItem& it, const float* const* q,
                         int64_t off, int64_t first) {
-  V acc[kH][kB][kN] = {};
+  constexpr int kC = kB * kN;
+  V acc[kH][kC] = {};
   const float* kb = it.kt + off + first;
   for (int64_t d = 0; d < it.head_dim; ++d) {
-    V k[kB][kN];
-#pragma GCC unroll 8
-    for (int c = 0; c < kB * kN; ++c) {
-      k[c / kN][c % kN] = Load(kb + d * it.kt_stride + c * kWidth);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kH; ++i) {
-      const float qd = q[i][d];
-#pragma GCC unroll 8
-      for (int c = 0; c < kB * kN; ++c) {
-        acc[i][c / kN][c % kN] += qd * k[c / kN][c % kN];
-      }
-    }
+    MultiplyAdd(acc, kb + d * it.kt_stride, [&](int i) { return q[i][d]; });
   }
 #pragma GCC unroll 4
   for (int i = 0; i < kH; ++i) {
 #pragma GCC unroll 8
-    for (int c = 0; c < kB * kN; ++c) {
+    for (int c = 0; c < kC; ++c) {
       Store(it.scores + i * it.kt_stride + first + c * kWidth,
-            acc[i][c / kN][c % kN] * it.scale);
+            acc[i][c] * it.scale);
     }
   }
 }
@@ -231,32 +236,19 @@ inline void Softmax(float* s, int64_t len) {
 template <int kH, int kB>
 inline void WeightBlocks(const AttentionItem& it, int64_t off, int64_t len,
                          int64_t d0, float* const* out) {
-  const float* p = it.scores;
-  V acc[kH][kB][kN] = {};
+  constexpr int kC = kB * kN;
+  V acc[kH][kC] = {};
   for (int64_t j = 0; j < len; ++j) {
     const float* vj = it.v_cache +
                       static_cast<int64_t>(it.slots[off + j]) * it.kv_width +
                       it.kv_head * it.head_dim + d0;
-    V v[kB][kN];
-#pragma GCC unroll 8
-    for (int c = 0; c < kB * kN; ++c) {
-      v[c / kN][c % kN] = Load(vj + c * kWidth);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kH; ++i) {
-      const float pij = p[i * it.kt_stride + j];
-#pragma GCC unroll 8
-      for (int c = 0; c < kB * kN; ++c) {
-        acc[i][c / kN][c % kN] += pij * v[c / kN][c % kN];
-      }
-    }
+    MultiplyAdd(acc, vj,
+                [&](int i) { return it.scores[i * it.kt_stride + j]; });
   }
 #pragma GCC unroll 4
   for (int i = 0; i < kH; ++i) {
 #pragma GCC unroll 8
-    for (int c = 0; c < kB * kN; ++c) {
-      Store(out[i] + d0 + c * kWidth, acc[i][c / kN][c % kN]);
-    }
+    for (int c = 0; c < kC; ++c) Store(out[i] + d0 + c * kWidth, acc[i][c]);
   }
 }
 
