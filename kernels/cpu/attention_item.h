@@ -10,62 +10,22 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace octet::cpu_internal {
 namespace {  // NOLINT(build/namespaces): see above
 
 constexpr int kLanes = 16;  // keys per step, and the denominator's lanes
 
-// The level's own vector of floats in GCC's vector extension (AVX-512: 16
-// lanes, AVX2: 8), kN of them to a step of kLanes: the same lanes in the
-// same order at either level, so both give the same bits. Arrays of them
-// stay in registers, which plain arrays of floats did not (measured:
-// spilled every step); memory is accessed through memcpy, unaligned. The
-// helpers are always inlined so no vector crosses a call.
-#if defined(__AVX512F__)
-constexpr int kWidth = 16;
-#else
-constexpr int kWidth = 8;
-#endif
+// kN of the level's vectors (vector_math.h) to a step of kLanes: the same
+// lanes in the same order at either level, so both give the same bits.
 constexpr int kN = kLanes / kWidth;
-typedef float V __attribute__((vector_size(kWidth * 4)));
-typedef int32_t VI __attribute__((vector_size(kWidth * 4)));
 
-#define OCTET_V_INLINE inline __attribute__((always_inline))
-
-OCTET_V_INLINE V Load(const float* p) {
-  V v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-OCTET_V_INLINE void Store(float* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
-OCTET_V_INLINE V Splat(float x) { return V{} + x; }
 // Lane l of the vector starting at key `first` is a key below len.
 OCTET_V_INLINE VI Below(int64_t first, int64_t len) {
   VI lane;
   for (int l = 0; l < kWidth; ++l) lane[l] = l;
   return lane < static_cast<int32_t>(len - first);
-}
-
-// e^x for x <= 0 (a score minus the row's maximum), branch-free: x = k·ln2
-// + r with k the nearest integer (the 1.5·2^23 rounding trick) and |r| <=
-// ln2/2 (ln2 in two parts, Cody and Waite), e^r by Cephes' degree-6
-// polynomial (about 1 ulp), times 2^k from the exponent bits. Below -87
-// (e^x under binary32's smallest normal) it is 0; NaN stays NaN.
-OCTET_V_INLINE V ExpNonPositive(V x) {
-  const V c = x < -87.0f ? Splat(-87.0f) : x;
-  const V k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const V r = c - k * 0.693359375f + k * 2.12194440e-4f;
-  V p = Splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const VI bits = (__builtin_convertvector(k, VI) + 127) << 23;
-  const V y = p * __builtin_bit_cast(V, bits);
-  return x != x ? x : (x < -87.0f ? Splat(0.0f) : y);
 }
 
 // Stage kHalf of a kWidth x kWidth transpose in registers (m[r]: row r):

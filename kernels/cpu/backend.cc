@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/aligned.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
@@ -146,9 +147,8 @@ class CpuBackend : public Backend {
   }
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override {
-    cpu::SiluMulRef(static_cast<const float*>(x), rows, cols,
-                    static_cast<float*>(out), threads_);
-    return absl::OkStatus();
+    return cpu::SiluMul(static_cast<const float*>(x), rows, cols,
+                        static_cast<float*>(out), options_);
   }
   absl::Status WriteKv(const void* k, const void* v, int64_t row_stride,
                        int64_t kv_heads, int64_t head_dim,
