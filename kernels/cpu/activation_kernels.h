@@ -4,9 +4,10 @@
 // the scalar level is the reference itself (SiluMulRef, ops.h).
 //
 // Why a kernel beside the reference: SiluMulRef takes a library exp per
-// element on one thread; in a 128-token llama-1b prefill that was 6% of
-// the time (bench_decode --profile, 2026-12-06). The kernel runs
-// vector_math.h's polynomial exp on whole vectors. Its bits differ from
+// element; in a 128-token llama-1b prefill that was 6% of the time on one
+// thread and 3.4% on two, 28 ms, where the kernel takes 3.6 ms
+// (bench_decode --profile, 2026-12-06). The kernel runs vector_math.h's
+// polynomial exp on whole vectors. Its bits differ from
 // the reference's in the last place (another exp, about 1 ulp), within
 // tests/kernels/activation_test.cc's tolerance; they are the same at every
 // vector width, batch and thread count (each element on its own).

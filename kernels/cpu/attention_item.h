@@ -34,7 +34,7 @@ OCTET_V_INLINE VI Below(int64_t first, int64_t len) {
 // the index, log2(kWidth) in all, turn rows into columns.
 template <int kHalf>
 OCTET_V_INLINE void SwapBlocks(V (&m)[kWidth]) {
-  VI lo, hi;  // indices into (a, b): b's lanes from kWidth
+  VI lo = {}, hi = {};  // indices into (a, b): b's lanes from kWidth
   for (int c = 0; c < kWidth; ++c) {
     lo[c] = (c & kHalf) != 0 ? kWidth + c - kHalf : c;
     hi[c] = (c & kHalf) != 0 ? kWidth + c : c + kHalf;
