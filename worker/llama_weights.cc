@@ -379,18 +379,14 @@ const LinearWeight& LlamaModel::projection(int64_t layer,
 }
 
 uint64_t LlamaModel::WeightBytes() const {
-  const bool table_is_head =
-      config_.tie_word_embeddings && lm_head_.dtype != DType::kE4m3;
-  return StepWeightBytes() + (table_is_head ? 0 : embedding_.data.bytes());
+  // A tied, unquantized lm_head is a view of the table: counted once.
+  const bool head_is_table = lm_head_.data.data() == embedding_.data.data();
+  return StepWeightBytes() + (head_is_table ? 0 : embedding_.data.bytes());
 }
 
 uint64_t LlamaModel::StepWeightBytes() const {
-  uint64_t total = final_norm_.bytes();
-  if (config_.tie_word_embeddings && lm_head_.dtype != DType::kE4m3) {
-    total += embedding_.data.bytes();  // the lm_head is a view of it
-  } else {
-    total += lm_head_.data.bytes() + lm_head_.scale.bytes();
-  }
+  uint64_t total =
+      final_norm_.bytes() + lm_head_.data.bytes() + lm_head_.scale.bytes();
   for (const Layer& l : layers_) {
     total += l.input_norm.bytes() + l.post_norm.bytes() + l.qkv_bias.bytes() +
              l.q_norm.bytes() + l.k_norm.bytes();
