@@ -391,9 +391,7 @@ def ulp_spread(model, ids, want, *scheme):
     """How far the simulation's perplexity moves when only the last bits of
     its steps change (simulate_fp8's variants): the largest |variant / want
     - 1|. A bound tighter than this would test the chaos, not octet."""
-    import math
-    ppl = lambda lps: math.exp(-sum(lps) / len(lps))  # noqa: E731
-    return max(abs(ppl(hf_logprobs(simulate_fp8(model, *scheme, variant=v), ids)) / want - 1)
+    return max(abs(hf_perplexity(simulate_fp8(model, *scheme, variant=v), ids) / want - 1)
                for v in ULP_VARIANTS)
 
 
@@ -412,6 +410,13 @@ def hf_logprobs(model, ids):
     return out
 
 
+def hf_perplexity(model, ids):
+    """The perplexity of hf_logprobs' tokens."""
+    import math
+    logprobs = hf_logprobs(model, ids)
+    return math.exp(-sum(logprobs) / len(logprobs))
+
+
 def octet_perplexity(octet, model, quantization="auto", lm_head=False):
     out = run([octet, "perplexity", "--model", model, "--text", PPL_TEXT, "--window",
                str(PPL_WINDOW), "--quantization", quantization,
@@ -421,20 +426,18 @@ def octet_perplexity(octet, model, quantization="auto", lm_head=False):
 
 
 def check_perplexity(octet, smollm2, model, work):
-    import math
     ids, _ = tok_oracle.run_octet(octet, ["--model", smollm2, "--jsonl",
                                           write_text_jsonl(work)], 1)
     ids = ids[0]
     want = {}
-    ppl = lambda lps: math.exp(-sum(lps) / len(lps))  # noqa: E731
-    want["none"] = ppl(hf_logprobs(model, ids))
+    want["none"] = hf_perplexity(model, ids)
     # Each FP8 scheme's simulate_fp8 arguments, its perplexity, and its bound:
     # twice the simulation's own spread over ULP_VARIANTS, at least 1%.
     schemes = {"fp8-tensor": (False, False), "fp8-channel-token": (True, True),
                "fp8-tensor+lm_head": (False, False, True)}
     bounds = {"none": 0.003}
     for scheme, args in schemes.items():
-        want[scheme] = ppl(hf_logprobs(simulate_fp8(model, *args), ids))
+        want[scheme] = hf_perplexity(simulate_fp8(model, *args), ids)
         spread = ulp_spread(model, ids, want[scheme], *args)
         bounds[scheme] = max(0.01, 2 * spread)
         print(f"gguf_oracle: perplexity {scheme}: the simulation moves up to "
