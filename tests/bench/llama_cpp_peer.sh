@@ -14,14 +14,20 @@
 #     and Q8_0 (with a python that has torch: PYTHON, else tests/bench/
 #     torch_venv.sh's; its other imports, at that tree's pins, go into
 #     --cache/pydeps).
-# Then --rounds rounds, each running, one after another:
-#   llama-bench -p 128,512 -n 64 -r 1 -t THREADS on the BF16 and Q8_0 files;
+# Then --rounds rounds, each measuring in turn prefill of 128 tokens
+# (pp128), of 512 (pp512) and decode (tg64), each measure side by side:
+#   llama-bench -p 128|512 -n 0 (or -p 0 -n 64) -r 1 -t THREADS on the BF16
+#   and Q8_0 files;
 #   bench_decode on DIR (unquantized and FP8 models loaded once per run):
-#   prefill of 128 and of 512 tokens, 3 prefills each (--prefill_reps), and
-#   64 decode steps of one sequence, with a third model there: FP8 with
-#   its lm_head in FP8 too (--quantize_lm_head, "fp8+head"; Q8_0 quantizes
-#   llama.cpp's output tensor as well, octet's default keeps it bfloat16).
-# and prints each round's tokens/s and, per measure, the median over rounds
+#   3 prefills of 128 or 512 tokens (--prefill_reps), or 64 decode steps of
+#   one sequence with a third model there: FP8 with its lm_head in FP8 too
+#   (--quantize_lm_head, "fp8+head"; Q8_0 quantizes llama.cpp's output
+#   tensor as well, octet's default keeps it bfloat16);
+# llama.cpp first in odd rounds, octet first in even ones. A VM's memory
+# bandwidth drifts from minute to minute (bench_decode read 32 GB/s and 54
+# GB/s within three minutes on 2026-12-06), so each ratio takes two runs a
+# minute apart, and the order alternates so that a drift favours neither.
+# It prints each round's tokens/s and, per measure, the median over rounds
 # of the ratios octet unquantized / llama.cpp BF16, octet FP8 / llama.cpp
 # Q8_0, octet FP8 / llama.cpp BF16 and, for decode, octet fp8+head /
 # llama.cpp Q8_0, with their spread (min-max).
@@ -104,19 +110,42 @@ done
 # ------------------------------------------------------------ rounds
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-for r in $(seq 1 "$rounds"); do
-  say "round $r of $rounds"
+# llama.cpp's BF16 and Q8_0 runs of one measure (pp128, pp512 or tg64) in
+# round $2.
+llama_measure() {
+  local shape
+  case "$1" in
+    pp*) shape=(-p "${1#pp}" -n 0) ;;
+    tg*) shape=(-p 0 -n "${1#tg}") ;;
+  esac
   for type in bf16 q8_0; do
-    "$bench" -m "$cache/models/$name-$type.gguf" -p 128,512 -n 64 -r 1 -t "$threads" \
-      -o json > "$out/llama-$type-$r.json" 2> "$out/llama-$type-$r.err"
+    "$bench" -m "$cache/models/$name-$type.gguf" "${shape[@]}" -r 1 -t "$threads" \
+      -o json > "$out/llama-$type-$1-$2.json" 2> "$out/llama-$type-$1-$2.err" ||
+      { tail -5 "$out/llama-$type-$1-$2.err" >&2; say "llama-bench failed"; exit 1; }
   done
-  for p in 128 512; do
-    "$bin/bench_decode" --model "$model" --device cpu --threads "$threads" \
-      --batch 1 --prompt_tokens "$p" --prefill_reps 3 --steps 1 > "$out/octet-pp$p-$r.txt" 2>&1
-  done
+}
+# octet's run of the same measure.
+octet_measure() {
+  local flags
+  case "$1" in
+    pp*) flags=(--prompt_tokens "${1#pp}" --prefill_reps 3 --steps 1) ;;
+    tg*) flags=(--prompt_tokens 16 --steps "${1#tg}" --quantize_lm_head) ;;
+  esac
   "$bin/bench_decode" --model "$model" --device cpu --threads "$threads" \
-    --batch 1 --prompt_tokens 16 --steps 64 --quantize_lm_head \
-    > "$out/octet-tg-$r.txt" 2>&1
+    --batch 1 "${flags[@]}" > "$out/octet-$1-$2.txt" 2>&1 ||
+    { tail -5 "$out/octet-$1-$2.txt" >&2; say "bench_decode failed"; exit 1; }
+}
+for r in $(seq 1 "$rounds"); do
+  say "round $r of $rounds ($([ $((r % 2)) = 1 ] && echo "llama.cpp" || echo "octet") first)"
+  for measure in pp128 pp512 tg64; do
+    if [ $((r % 2)) = 1 ]; then
+      llama_measure "$measure" "$r"
+      octet_measure "$measure" "$r"
+    else
+      octet_measure "$measure" "$r"
+      llama_measure "$measure" "$r"
+    fi
+  done
 done
 
 "$python" - "$out" "$rounds" <<'EOF'
@@ -124,12 +153,16 @@ import json, re, statistics, sys
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 
+MEASURES = ("pp128", "pp512", "tg64")
+
 def llama(type_, r):
-    """{"pp128": t/s, "pp512": t/s, "tg64": t/s} of one llama-bench run."""
+    """{"pp128": t/s, "pp512": t/s, "tg64": t/s} of one round's llama-bench
+    runs, one per measure."""
     got = {}
-    for t in json.load(open(f"{out}/llama-{type_}-{r}.json")):
-        key = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
-        got[key] = t["avg_ts"]
+    for measure in MEASURES:
+        for t in json.load(open(f"{out}/llama-{type_}-{measure}-{r}.json")):
+            key = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+            got[key] = t["avg_ts"]
     return got
 
 def octet(r):
@@ -141,7 +174,7 @@ def octet(r):
             m = re.match(r"(none|fp8) +prefill median .* = ([0-9.]+) tokens/s", line)
             if m:
                 got[m.group(1)][f"pp{p}"] = float(m.group(2))
-    for line in open(f"{out}/octet-tg-{r}.txt"):
+    for line in open(f"{out}/octet-tg64-{r}.txt"):
         m = re.match(r"(none|fp8|fp8\+head) +median .* = ([0-9.]+) tokens/s", line)
         if m:
             got[m.group(1)]["tg64"] = float(m.group(2))
@@ -151,14 +184,14 @@ rows = []
 for r in range(1, rounds + 1):
     b, q, o = llama("bf16", r), llama("q8_0", r), octet(r)
     rows.append((b, q, o))
-    for key in ("pp128", "pp512", "tg64"):
+    for key in MEASURES:
         head = f"  fp8+head {o['fp8+head'][key]:8.1f}" if key in o["fp8+head"] else ""
         print(f"round {r} {key:5}  llama.cpp bf16 {b[key]:8.1f}  q8_0 {q[key]:8.1f}   "
               f"octet none {o['none'][key]:8.1f}  fp8 {o['fp8'][key]:8.1f}{head}  tokens/s")
 print()
 print(f"{'measure':8} {'none/bf16':>18} {'fp8/q8_0':>18} {'fp8/bf16':>18} "
       f"{'fp8+head/q8_0':>18}   (median of {rounds} rounds, min-max)")
-for key in ("pp128", "pp512", "tg64"):
+for key in MEASURES:
     cells = []
     for mine, theirs in (("none", "bf16"), ("fp8", "q8_0"), ("fp8", "bf16"),
                          ("fp8+head", "q8_0")):
