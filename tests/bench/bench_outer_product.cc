@@ -13,27 +13,34 @@
 // vectors x MB rows loads NV vectors and MB broadcasts per K pair and
 // needs no reduction across lanes: its accumulators are the outputs.
 //
-// For each shape and M it times, interleaved in rounds, octet's GemmBf16
-// (bfloat16 activations and weights, binary32 output: the driver's
-// preparation of A and its epilogue included) and the probe's 4 x 6 and
-// 3 x 8 tiles (A as it comes, the packing of B done before the timing, as
-// a load would), all on --threads threads, and prints the medians, the
-// probe's speed over octet's (median and spread of the rounds' ratios) and
-// each as a share of the vdpbf16ps peak measured in the same run (before
-// and after the cells; the higher of the two). Before
-// timing, sampled outputs of all three are checked against a binary64
-// reference within the binary32 summation bound; a miss stops the run.
+// For each shape and M, two tables, each cell's three GEMMs timed
+// interleaved in rounds on --threads threads:
+//   bfloat16: octet's GemmBf16 (the driver's preparation of A and its
+//     epilogue included) against the probe's 4 x 6 and 3 x 8 tiles (A as it
+//     comes; B packed before the timing, as a load would);
+//   e4m3: octet's GemmE4m3 against the probe's e4m3 tile (2 x 8, each
+//     64-code chunk of an e4m3 panel decoded in registers into two K pairs)
+//     and against the probe's 4 x 6 bfloat16 tile over the same weights
+//     decoded: FP8 against BF16 in the new form.
+// Each prints the medians, two ratios of times (median and spread of the
+// rounds' ratios) and each as a share of the vdpbf16ps peak measured in
+// the same run (before and after the cells; the higher of the two). Before
+// timing, sampled outputs are checked against a binary64 reference within
+// the binary32 summation bound, the probe's e4m3 and bfloat16 tiles against
+// each other (the same products in the same order: the same bits), and its
+// first row computed alone against the batch's; a miss stops the run.
 //
 //   bench_outer_product [--shapes=6144x4096,...] [--m=128,512] [--rounds=5]
 //                       [--min_time_ms=100] [--threads=0]
 //
-// Exits 77 (nothing measured) on a CPU without AVX-512 BF16.
+// Exits 77 (nothing measured) on a CPU without AVX-512 BW, VBMI and BF16.
 #include <omp.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -48,16 +55,18 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/bf16.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/fp8.h"
 #include "tests/bench/membw.h"
 
 ABSL_FLAG(std::string, shapes, "6144x4096,4096x4096,28672x4096,4096x14336",
           "weight shapes OUTxIN (N x K), comma-separated; N a multiple of 16, "
-          "K a multiple of 2");
+          "K a multiple of 4");
 ABSL_FLAG(std::string, m, "128,512", "batch sizes M, comma-separated");
 ABSL_FLAG(int32_t, rounds, 5, "timed rounds per cell (each times all three)");
 ABSL_FLAG(int32_t, min_time_ms, 100,
@@ -89,80 +98,186 @@ std::vector<Bf16> PackPanels(const std::vector<Bf16>& b, int64_t n, int64_t k,
   return out;
 }
 
-#if defined(__x86_64__)
-// c[m][16 nv] (ldc apart) = rows a[m][k] (lda apart) times one panel, for
-// MB rows: NV panel loads and MB broadcasts per K pair.
-template <int NV, int MB>
-__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) void Tile(
-    const Bf16* a, int64_t lda, const Bf16* panel, int64_t k, float* c,
-    int64_t ldc) {
-  __m512 acc[MB][NV];
-  OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
-    OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
-      acc[m][v] = _mm512_setzero_ps();
-    }
-  }
-  for (int64_t pair = 0; pair < k / 2; ++pair) {
-    __m512i w[NV];
-    OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
-      w[v] = _mm512_loadu_si512(panel + (pair * NV + v) * 32);
-    }
-    OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
-      int32_t bits;
-      std::memcpy(&bits, a + m * lda + 2 * pair, sizeof(bits));
-      const __m512bh x = (__m512bh)_mm512_set1_epi32(bits);
-      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
-        acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x, (__m512bh)w[v]);
+// e4m3 weight codes Q [n][k] (k a multiple of 4) packed into panels of
+// 16 * nv columns: the panel at column c0, w = min(16 nv, n - c0) columns
+// wide, holds 64-byte chunks (s, v) for K [4s, 4s + 4) and columns
+// [c0 + 16 v, c0 + 16 v + 16), chunk (s, v) at (s * w / 16 + v) * 64. In a
+// chunk, byte 16 L + 8 h + 2 q + t is Q[c0 + 16 v + 4 L + q][4 s + 2 h + t]:
+// the decoder's byte interleave within 128-bit lanes then gives K pair
+// (4s, 4s + 1) of the 16 columns in one vector and (4s + 2, 4s + 3) in the
+// other, the bfloat16 panel's layout.
+std::vector<uint8_t> PackE4m3Panels(const std::vector<uint8_t>& q, int64_t n,
+                                    int64_t k, int nv) {
+  std::vector<uint8_t> out(q.size());
+  for (int64_t c0 = 0; c0 < n; c0 += 16 * nv) {
+    const int64_t vectors = std::min<int64_t>(16 * nv, n - c0) / 16;
+    uint8_t* panel = out.data() + c0 * k;
+    for (int64_t step = 0; step < k / 4; ++step) {
+      for (int64_t v = 0; v < vectors; ++v) {
+        uint8_t* chunk = panel + (step * vectors + v) * 64;
+        for (int lane = 0; lane < 4; ++lane) {
+          for (int h = 0; h < 2; ++h) {
+            for (int col = 0; col < 4; ++col) {
+              for (int t = 0; t < 2; ++t) {
+                chunk[16 * lane + 8 * h + 2 * col + t] =
+                    q[(c0 + 16 * v + 4 * lane + col) * k + 4 * step + 2 * h +
+                      t];
+              }
+            }
+          }
+        }
       }
     }
   }
-  OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
-    OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
-      _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
-    }
-  }
+  return out;
 }
 
-// Tile<NV, rows> for the last rows < MB of a panel.
+#if defined(__x86_64__)
+// The bfloat16 of each e4m3 magnitude, high and low bytes: the tables the
+// decoder looks up (as kernels/cpu/gemm_avx512.cc's).
+struct alignas(64) DecoderTables {
+  uint8_t hi[128], lo[128];
+};
+constexpr DecoderTables kDecoderTables = [] {
+  DecoderTables t{};
+  for (int c = 0; c < 128; ++c) {
+    const uint32_t bits = std::bit_cast<uint32_t>(kE4m3DecodeTable[c]);
+    t.hi[c] = static_cast<uint8_t>(bits >> 24);
+    t.lo[c] = static_cast<uint8_t>(bits >> 16);
+  }
+  return t;
+}();
+
+// c[m][16 NV] (ldc apart) = rows a[m][k] (bfloat16, lda apart) times one
+// bfloat16 panel, for MB rows: NV panel loads and MB broadcasts per K pair.
 template <int NV, int MB>
-void RowTile(int64_t rows, const Bf16* a, int64_t lda, const Bf16* panel,
+struct Bf16PanelTile {
+  static constexpr int64_t kPanelBytesPerWeight = 2;
+  __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) static void
+  Run(const Bf16* a, int64_t lda, const uint8_t* panel_bytes, int64_t k,
+      float* c, int64_t ldc) {
+    const Bf16* panel = reinterpret_cast<const Bf16*>(panel_bytes);
+    __m512 acc[MB][NV];
+    OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        acc[m][v] = _mm512_setzero_ps();
+      }
+    }
+    for (int64_t pair = 0; pair < k / 2; ++pair) {
+      __m512i w[NV];
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        w[v] = _mm512_loadu_si512(panel + (pair * NV + v) * 32);
+      }
+      OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+        int32_t bits;
+        std::memcpy(&bits, a + m * lda + 2 * pair, sizeof(bits));
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(bits);
+        OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+          acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x, (__m512bh)w[v]);
+        }
+      }
+    }
+    OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+      }
+    }
+  }
+};
+
+// As Bf16PanelTile over an e4m3 panel (PackE4m3Panels), each 64-code chunk
+// decoded in registers (two table lookups, the sign OR-ed in, two byte
+// interleaves) into two K pairs: the same products in the same order as
+// Bf16PanelTile over the decoded panel.
+template <int NV, int MB>
+struct E4m3PanelTile {
+  static constexpr int64_t kPanelBytesPerWeight = 1;
+  __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16"),
+                 noinline)) static void
+  Run(const Bf16* a, int64_t lda, const uint8_t* panel, int64_t k, float* c,
+      int64_t ldc) {
+    const __m512i hi0 = _mm512_load_si512(kDecoderTables.hi);
+    const __m512i hi1 = _mm512_load_si512(kDecoderTables.hi + 64);
+    const __m512i lo0 = _mm512_load_si512(kDecoderTables.lo);
+    const __m512i lo1 = _mm512_load_si512(kDecoderTables.lo + 64);
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[MB][NV];
+    OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        acc[m][v] = _mm512_setzero_ps();
+      }
+    }
+    for (int64_t step = 0; step < k / 4; ++step) {
+      __m512i w0[NV], w1[NV];
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        const __m512i codes = _mm512_loadu_si512(panel + (step * NV + v) * 64);
+        __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
+        const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+        hi = _mm512_ternarylogic_epi32(hi, codes, sign, 0xF8);
+        w0[v] = _mm512_unpacklo_epi8(lo, hi);
+        w1[v] = _mm512_unpackhi_epi8(lo, hi);
+      }
+      OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+        int32_t bits[2];
+        std::memcpy(bits, a + m * lda + 4 * step, sizeof(bits));
+        const __m512bh x0 = (__m512bh)_mm512_set1_epi32(bits[0]);
+        const __m512bh x1 = (__m512bh)_mm512_set1_epi32(bits[1]);
+        OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+          acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x0, (__m512bh)w0[v]);
+          acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x1, (__m512bh)w1[v]);
+        }
+      }
+    }
+    OCTET_PROBE_UNROLL for (int m = 0; m < MB; ++m) {
+      OCTET_PROBE_UNROLL for (int v = 0; v < NV; ++v) {
+        _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+      }
+    }
+  }
+};
+
+// Tile<NV, rows> for the last rows < MB of a panel.
+template <template <int, int> class Tile, int NV, int MB>
+void RowTile(int64_t rows, const Bf16* a, int64_t lda, const uint8_t* panel,
              int64_t k, float* c, int64_t ldc) {
   if constexpr (MB > 1) {
     if (rows < MB) {
-      RowTile<NV, MB - 1>(rows, a, lda, panel, k, c, ldc);
+      RowTile<Tile, NV, MB - 1>(rows, a, lda, panel, k, c, ldc);
       return;
     }
   }
-  Tile<NV, MB>(a, lda, panel, k, c, ldc);
+  Tile<NV, MB>::Run(a, lda, panel, k, c, ldc);
 }
 
 // Every row group of one panel of `vectors` (<= NV) vectors of columns.
-template <int NV, int MB>
+template <template <int, int> class Tile, int NV, int MB>
 void PanelRows(int vectors, const Bf16* a, int64_t m, int64_t k,
-               const Bf16* panel, float* y, int64_t n) {
+               const uint8_t* panel, float* y, int64_t n) {
   if constexpr (NV > 1) {
     if (vectors < NV) {
-      PanelRows<NV - 1, MB>(vectors, a, m, k, panel, y, n);
+      PanelRows<Tile, NV - 1, MB>(vectors, a, m, k, panel, y, n);
       return;
     }
   }
   for (int64_t row = 0; row < m; row += MB) {
-    RowTile<NV, MB>(std::min<int64_t>(MB, m - row), a + row * k, k, panel, k,
-                    y + row * n, n);
+    RowTile<Tile, NV, MB>(std::min<int64_t>(MB, m - row), a + row * k, k, panel,
+                          k, y + row * n, n);
   }
 }
 
 // Y [m][n] = A [m][k] B^T over the packed panels, threads splitting the
 // panels; each panel (16 nv columns x k: L2-sized) serves every row group.
-template <int NV, int MB>
-void ProbeGemm(const Bf16* a, int64_t m, int64_t k, const Bf16* panels,
+template <template <int, int> class Tile, int NV, int MB>
+void ProbeGemm(const Bf16* a, int64_t m, int64_t k, const void* panels,
                int64_t n, float* y, int threads) {
   const int64_t cols = 16 * NV;
+  const auto* bytes = static_cast<const uint8_t*>(panels);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t p = 0; p < (n + cols - 1) / cols; ++p) {
     const int64_t c0 = p * cols;
-    PanelRows<NV, MB>(static_cast<int>(std::min(cols, n - c0) / 16), a, m, k,
-                      panels + c0 * k, y + c0, n);
+    PanelRows<Tile, NV, MB>(
+        static_cast<int>(std::min(cols, n - c0) / 16), a, m, k,
+        bytes + c0 * k * Tile<NV, MB>::kPanelBytesPerWeight, y + c0, n);
   }
 }
 #endif
@@ -175,19 +290,31 @@ std::vector<Bf16> RandomBf16(int64_t count, uint32_t seed) {
   return out;
 }
 
+// Random e4m3 codes, NaN (0x7F, 0xFF) left out.
+std::vector<uint8_t> RandomCodes(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(count);
+  for (uint8_t& c : out) {
+    do {
+      c = static_cast<uint8_t>(rng());
+    } while ((c & 0x7F) == 0x7F);
+  }
+  return out;
+}
+
 // Whether y's sampled outputs are within the binary32 summation bound of
 // a binary64 reference: |y - sum| <= gamma_k * sum |a_i b_i|, gamma_k =
 // k u / (1 - k u), u = 2^-24 (each product of two bfloat16 is exact).
-bool CloseToReference(const std::vector<Bf16>& a, const std::vector<Bf16>& b,
-                      int64_t m, int64_t n, int64_t k,
+// a(i) and b(i) are element i of A [m][k] and B [n][k].
+template <typename GetA, typename GetB>
+bool CloseToReference(GetA a, GetB b, int64_t m, int64_t n, int64_t k,
                       const std::vector<float>& y, const char* what) {
   const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
   for (int64_t s = 0; s < 64; ++s) {
     const int64_t row = (s * 7919) % m, col = (s * 104729) % n;
     double sum = 0, abs_sum = 0;
     for (int64_t i = 0; i < k; ++i) {
-      const double p = double(Bf16ToFloat(a[row * k + i])) *
-                       double(Bf16ToFloat(b[col * k + i]));
+      const double p = a(row * k + i) * b(col * k + i);
       sum += p;
       abs_sum += std::fabs(p);
     }
@@ -197,6 +324,21 @@ bool CloseToReference(const std::vector<Bf16>& a, const std::vector<Bf16>& b,
                     "bench_outer_product: %s output (%d, %d) = %.9g, binary64 "
                     "%.9g, beyond the bound %.3g\n",
                     what, row, col, got, sum, gamma * abs_sum);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether x and y hold the same bits; says where they differ.
+bool SameBits(const std::vector<float>& x, const std::vector<float>& y,
+              int64_t count, const char* what) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (std::bit_cast<uint32_t>(x[i]) != std::bit_cast<uint32_t>(y[i])) {
+      absl::FPrintF(stderr,
+                    "bench_outer_product: %s: element %d differs (%.9g, "
+                    "%.9g)\n",
+                    what, i, x[i], y[i]);
       return false;
     }
   }
@@ -233,10 +375,10 @@ bool ParseShapes(const std::string& text, std::vector<Shape>* out) {
     Shape s;
     if (nk.size() != 2 || !absl::SimpleAtoi(nk[0], &s.n) ||
         !absl::SimpleAtoi(nk[1], &s.k) || s.n <= 0 || s.k <= 0 ||
-        s.n % 16 != 0 || s.k % 2 != 0) {
+        s.n % 16 != 0 || s.k % 4 != 0) {
       absl::FPrintF(stderr,
                     "bench_outer_product: --shapes: '%s' is not NxK with N a "
-                    "positive multiple of 16 and K a positive even number\n",
+                    "positive multiple of 16 and K of 4\n",
                     item);
       return false;
     }
@@ -262,8 +404,7 @@ bool ParseMs(const std::string& text, std::vector<int64_t>* out) {
 // SKIP_RETURN_CODE: the run counts as skipped, not passed).
 constexpr int kNothingToMeasure = 77;
 
-// One shape and M: the seconds per call of octet, op4x6 and op3x8, round
-// by round.
+// One shape and M: the seconds per call of three GEMMs, round by round.
 struct Cell {
   int64_t m = 0, n = 0, k = 0;
   std::vector<double> t[3];
@@ -274,16 +415,163 @@ double DotPeak(int threads) {
   return CpuDotPeakTflops(DotInstruction::kAvx512Bf16, threads, 3) * 1e12;
 }
 
+// Times the three runs of one cell, interleaved in rounds.
+Cell TimeCell(int64_t m, const Shape& s, const std::function<void()> (&runs)[3],
+              int rounds, int min_ms) {
+  Cell cell;
+  cell.m = m, cell.n = s.n, cell.k = s.k;
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 3; ++i) cell.t[i].push_back(TimeOne(runs[i], min_ms));
+  }
+  return cell;
+}
+
+// Two time ratios of a table: t[over] / t[under] each.
+struct Ratio {
+  int over, under;
+};
+
+// One table: per cell the three medians, two ratios (median, min-max of
+// the rounds' ratios), and each time as a share of the peak.
+void PrintCells(const std::vector<Cell>& cells, const char* const (&names)[3],
+                const Ratio (&ratios)[2], double peak) {
+  absl::PrintF("%6s %6s %6s", "M", "N", "K");
+  for (const char* name : names)
+    absl::PrintF(" %10s", absl::StrCat(name, "_ms"));
+  for (const Ratio& q : ratios) {
+    absl::PrintF(" %20s", absl::StrCat(names[q.over], "/", names[q.under]));
+  }
+  for (const char* name : names)
+    absl::PrintF(" %9s", absl::StrCat("%pk_", name));
+  absl::PrintF("\n");
+  for (const Cell& c : cells) {
+    const double flops = 2.0 * c.m * c.n * c.k;
+    absl::PrintF("%6d %6d %6d", c.m, c.n, c.k);
+    for (int i = 0; i < 3; ++i) absl::PrintF(" %10.3f", Median(c.t[i]) * 1e3);
+    for (const Ratio& q : ratios) {
+      std::vector<double> x;
+      for (size_t r = 0; r < c.t[0].size(); ++r) {
+        x.push_back(c.t[q.over][r] / c.t[q.under][r]);
+      }
+      absl::PrintF(" %20s",
+                   absl::StrFormat("%.2fx (%.2f-%.2f)", Median(x),
+                                   *std::min_element(x.begin(), x.end()),
+                                   *std::max_element(x.begin(), x.end())));
+    }
+    for (int i = 0; i < 3; ++i) {
+      absl::PrintF(" %8.1f%%", 100 * flops / Median(c.t[i]) / peak);
+    }
+    absl::PrintF("\n");
+  }
+}
+
+// The bfloat16 cell: octet's GemmBf16 and the probe's 4 x 6 and 3 x 8
+// tiles, checked against binary64, then timed. False: a check failed.
+bool Bf16Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
+              int rounds, int min_ms, std::vector<Cell>* cells) {
+  const int threads = options.num_threads;
+  const std::vector<Bf16> a = RandomBf16(m * s.k, 1 + m);
+  const std::vector<Bf16> b = RandomBf16(s.n * s.k, 2 + s.n);
+  const std::vector<Bf16> p4 = PackPanels(b, s.n, s.k, 4);
+  const std::vector<Bf16> p3 = PackPanels(b, s.n, s.k, 3);
+  std::vector<float> y_oct(m * s.n), y4(m * s.n), y3(m * s.n);
+  absl::Status status;
+  const std::function<void()> runs[3] = {
+      [&] {
+        status = GemmBf16(a.data(), b.data(), m, s.n, s.k, y_oct.data(),
+                          DType::kF32, options);
+      },
+      [&] {
+        ProbeGemm<Bf16PanelTile, 4, 6>(a.data(), m, s.k, p4.data(), s.n,
+                                       y4.data(), threads);
+      },
+      [&] {
+        ProbeGemm<Bf16PanelTile, 3, 8>(a.data(), m, s.k, p3.data(), s.n,
+                                       y3.data(), threads);
+      },
+  };
+  for (const auto& run : runs) run();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "bench_outer_product: %s\n", status.ToString());
+    return false;
+  }
+  auto av = [&](int64_t i) { return double(Bf16ToFloat(a[i])); };
+  auto bv = [&](int64_t i) { return double(Bf16ToFloat(b[i])); };
+  if (!CloseToReference(av, bv, m, s.n, s.k, y_oct, "octet bf16") ||
+      !CloseToReference(av, bv, m, s.n, s.k, y4, "op4x6") ||
+      !CloseToReference(av, bv, m, s.n, s.k, y3, "op3x8") ||
+      !SameBits(y4, y3, m * s.n, "op4x6 against op3x8")) {
+    return false;
+  }
+  cells->push_back(TimeCell(m, s, runs, rounds, min_ms));
+  return true;
+}
+
+// The e4m3 cell: octet's GemmE4m3 (scales 1), the probe's e4m3 tile (2 x 8,
+// weights decoded in registers; activations as bfloat16, decoded before
+// timing) and its 4 x 6 bfloat16 tile over the same weights decoded,
+// checked against binary64 and against each other (the same products in
+// the same order: the same bits; the first row alone as in the batch),
+// then timed. False: a check failed.
+bool E4m3Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
+              int rounds, int min_ms, std::vector<Cell>* cells) {
+  const int threads = options.num_threads;
+  const std::vector<uint8_t> qa = RandomCodes(m * s.k, 3 + m);
+  const std::vector<uint8_t> qb = RandomCodes(s.n * s.k, 4 + s.n);
+  std::vector<Bf16> a(qa.size()), b(qb.size());
+  for (size_t i = 0; i < qa.size(); ++i) {
+    a[i] = FloatToBf16(kE4m3DecodeTable[qa[i]]);  // exact
+  }
+  for (size_t i = 0; i < qb.size(); ++i) {
+    b[i] = FloatToBf16(kE4m3DecodeTable[qb[i]]);
+  }
+  const std::vector<uint8_t> p8 = PackE4m3Panels(qb, s.n, s.k, 2);
+  const std::vector<Bf16> p4 = PackPanels(b, s.n, s.k, 4);
+  std::vector<float> y_oct(m * s.n), y8(m * s.n), y4(m * s.n), alone(s.n);
+  absl::Status status;
+  const std::function<void()> runs[3] = {
+      [&] {
+        status = GemmE4m3(qa.data(), 1.0f, qb.data(), 1.0f, m, s.n, s.k,
+                          y_oct.data(), DType::kF32, options);
+      },
+      [&] {
+        ProbeGemm<E4m3PanelTile, 2, 8>(a.data(), m, s.k, p8.data(), s.n,
+                                       y8.data(), threads);
+      },
+      [&] {
+        ProbeGemm<Bf16PanelTile, 4, 6>(a.data(), m, s.k, p4.data(), s.n,
+                                       y4.data(), threads);
+      },
+  };
+  for (const auto& run : runs) run();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "bench_outer_product: %s\n", status.ToString());
+    return false;
+  }
+  ProbeGemm<E4m3PanelTile, 2, 8>(a.data(), 1, s.k, p8.data(), s.n, alone.data(),
+                                 threads);
+  auto av = [&](int64_t i) { return double(kE4m3DecodeTable[qa[i]]); };
+  auto bv = [&](int64_t i) { return double(kE4m3DecodeTable[qb[i]]); };
+  if (!CloseToReference(av, bv, m, s.n, s.k, y_oct, "octet e4m3") ||
+      !CloseToReference(av, bv, m, s.n, s.k, y8, "op_e4m3") ||
+      !SameBits(y8, y4, m * s.n, "op_e4m3 against op_bf16") ||
+      !SameBits(y8, alone, s.n, "op_e4m3's first row alone")) {
+    return false;
+  }
+  cells->push_back(TimeCell(m, s, runs, rounds, min_ms));
+  return true;
+}
+
 int Main() {
 #if !defined(__x86_64__)
   absl::FPrintF(stderr, "bench_outer_product: x86-64 only; nothing measured\n");
   return kNothingToMeasure;
 #else
   const CpuFeatures& f = GetCpuFeatures();
-  if (!(f.avx512f && f.avx512bw && f.avx512bf16)) {
+  if (!(f.avx512f && f.avx512bw && f.avx512vbmi && f.avx512bf16)) {
     absl::FPrintF(stderr,
-                  "bench_outer_product: needs AVX-512 BF16 (this CPU: %s); "
-                  "nothing measured\n",
+                  "bench_outer_product: needs AVX-512 BW, VBMI and BF16 (this "
+                  "CPU: %s); nothing measured\n",
                   DescribeCpuFeatures());
     return kNothingToMeasure;
   }
@@ -302,88 +590,37 @@ int Main() {
                   "--threads >= 0\n");
     return 2;
   }
-  if (threads == 0) threads = omp_get_num_procs();
   CpuKernelOptions options;
-  options.num_threads = threads;
-  const double peak_before = DotPeak(threads);
-  std::vector<Cell> cells;
+  options.num_threads = threads == 0 ? omp_get_num_procs() : threads;
+  const double peak_before = DotPeak(options.num_threads);
+  std::vector<Cell> bf16, e4m3;
   for (const Shape& s : shapes) {
     for (int64_t m : ms) {
-      const std::vector<Bf16> a = RandomBf16(m * s.k, 1 + m);
-      const std::vector<Bf16> b = RandomBf16(s.n * s.k, 2 + s.n);
-      const std::vector<Bf16> p4 = PackPanels(b, s.n, s.k, 4);
-      const std::vector<Bf16> p3 = PackPanels(b, s.n, s.k, 3);
-      std::vector<float> y_oct(m * s.n), y4(m * s.n), y3(m * s.n);
-      absl::Status octet_status;
-      const std::function<void()> runs[3] = {
-          [&] {
-            octet_status = GemmBf16(a.data(), b.data(), m, s.n, s.k,
-                                    y_oct.data(), DType::kF32, options);
-          },
-          [&] {
-            ProbeGemm<4, 6>(a.data(), m, s.k, p4.data(), s.n, y4.data(),
-                            threads);
-          },
-          [&] {
-            ProbeGemm<3, 8>(a.data(), m, s.k, p3.data(), s.n, y3.data(),
-                            threads);
-          },
-      };
-      for (const auto& run : runs) run();
-      if (!octet_status.ok()) {
-        absl::FPrintF(stderr, "bench_outer_product: %s\n",
-                      octet_status.ToString());
+      if (!Bf16Cell(m, s, options, rounds, min_ms, &bf16) ||
+          !E4m3Cell(m, s, options, rounds, min_ms, &e4m3)) {
         return 1;
       }
-      if (!CloseToReference(a, b, m, s.n, s.k, y_oct, "octet") ||
-          !CloseToReference(a, b, m, s.n, s.k, y4, "op4x6") ||
-          !CloseToReference(a, b, m, s.n, s.k, y3, "op3x8")) {
-        return 1;
-      }
-      Cell cell;
-      cell.m = m, cell.n = s.n, cell.k = s.k;
-      for (int r = 0; r < rounds; ++r) {
-        for (int i = 0; i < 3; ++i)
-          cell.t[i].push_back(TimeOne(runs[i], min_ms));
-      }
-      cells.push_back(std::move(cell));
     }
   }
   // The peak again after the cells: a VM's speed drifts, and a share of a
   // peak measured in a slow moment would flatter every kernel.
-  const double peak_after = DotPeak(threads);
+  const double peak_after = DotPeak(options.num_threads);
   const double peak = std::max(peak_before, peak_after);
   absl::PrintF(
       "bench_outer_product: %d threads, vdpbf16ps peak measured before and "
-      "after the cells: %.3f and %.3f TFLOP/s (shares of the higher)\n"
-      "octet = GemmBf16 (dot products along K); op4x6, op3x8 = the "
-      "outer-product probe's tiles over packed weights; medians of %d "
-      "interleaved rounds; x = octet's time / the probe's (median, "
-      "min-max)\n",
-      threads, peak_before / 1e12, peak_after / 1e12, rounds);
-  absl::PrintF("%6s %6s %6s %9s %9s %9s %20s %20s %7s %7s %7s\n", "M", "N", "K",
-               "octet_ms", "op4x6_ms", "op3x8_ms", "x_op4x6", "x_op3x8",
-               "%pk_oct", "%pk_4x6", "%pk_3x8");
-  for (const Cell& c : cells) {
-    const double flops = 2.0 * c.m * c.n * c.k;
-    auto ratio = [&](int i) {
-      std::vector<double> x;
-      for (size_t r = 0; r < c.t[0].size(); ++r)
-        x.push_back(c.t[0][r] / c.t[i][r]);
-      return absl::StrFormat("%.2fx (%.2f-%.2f)", Median(x),
-                             *std::min_element(x.begin(), x.end()),
-                             *std::max_element(x.begin(), x.end()));
-    };
-    auto share = [&](int i) {
-      return absl::StrFormat("%.1f%%", 100 * flops / Median(c.t[i]) / peak);
-    };
-    auto ms_of = [&](int i) {
-      return absl::StrFormat("%.3f", Median(c.t[i]) * 1e3);
-    };
-    absl::PrintF("%6d %6d %6d %9s %9s %9s %20s %20s %7s %7s %7s\n", c.m, c.n,
-                 c.k, ms_of(0), ms_of(1), ms_of(2), ratio(1), ratio(2),
-                 share(0), share(1), share(2));
-  }
+      "after the cells: %.3f and %.3f TFLOP/s (shares of the higher); "
+      "medians of %d interleaved rounds; a/b = a's time over b's (median, "
+      "min-max of the rounds)\n",
+      options.num_threads, peak_before / 1e12, peak_after / 1e12, rounds);
+  absl::PrintF(
+      "\nbfloat16: octet = GemmBf16 (dot products along K); op4x6, op3x8 = "
+      "the probe's outer-product tiles over packed weights\n");
+  PrintCells(bf16, {"octet", "op4x6", "op3x8"}, {{0, 1}, {0, 2}}, peak);
+  absl::PrintF(
+      "\ne4m3: octet = GemmE4m3; op_e4m3 = the probe's 2 x 8 tile, weights "
+      "decoded in registers; op_bf16 = its 4 x 6 tile over the weights "
+      "decoded (op_bf16/op_e4m3 above 1: FP8 ahead of BF16)\n");
+  PrintCells(e4m3, {"octet", "op_e4m3", "op_bf16"}, {{0, 1}, {2, 1}}, peak);
   return 0;
 #endif
 }
