@@ -561,6 +561,18 @@ void PrintCells(const std::vector<Cell>& cells,
   }
 }
 
+// Runs each of a cell's GEMMs once, for the checks; false (said) where
+// octet's returned an error in `octet`.
+bool RunEach(const std::vector<std::function<void()>>& runs,
+             const absl::Status& octet) {
+  for (const auto& run : runs) run();
+  if (!octet.ok()) {
+    absl::FPrintF(stderr, "bench_outer_product: %s\n", octet.ToString());
+    return false;
+  }
+  return true;
+}
+
 // The bfloat16 cell: octet's GemmBf16 and the probe's 4 x 6 and 3 x 8
 // tiles, checked against binary64, then timed. False: a check failed.
 bool Bf16Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
@@ -586,11 +598,7 @@ bool Bf16Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
                                        y3.data(), threads);
       },
   };
-  for (const auto& run : runs) run();
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "bench_outer_product: %s\n", status.ToString());
-    return false;
-  }
+  if (!RunEach(runs, status)) return false;
   auto av = [&](int64_t i) { return double(Bf16ToFloat(a[i])); };
   auto bv = [&](int64_t i) { return double(Bf16ToFloat(b[i])); };
   if (!CloseToReference(av, bv, m, s.n, s.k, y_oct, "octet bf16") ||
@@ -646,11 +654,7 @@ bool E4m3Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
                                        y4.data(), threads);
       },
   };
-  for (const auto& run : runs) run();
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "bench_outer_product: %s\n", status.ToString());
-    return false;
-  }
+  if (!RunEach(runs, status)) return false;
   ProbeGemm<E4m3PanelTile, 2, 8>(a.data(), 1, s.k, p8.data(), s.n, alone.data(),
                                  threads);
   auto av = [&](int64_t i) { return double(kE4m3DecodeTable[qa[i]]); };
