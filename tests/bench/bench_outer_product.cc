@@ -13,22 +13,24 @@
 // vectors x MB rows loads NV vectors and MB broadcasts per K pair and
 // needs no reduction across lanes: its accumulators are the outputs.
 //
-// For each shape and M, two tables, each cell's three GEMMs timed
-// interleaved in rounds on --threads threads:
+// For each shape and M, two tables, each cell's GEMMs timed interleaved in
+// rounds on --threads threads:
 //   bfloat16: octet's GemmBf16 (the driver's preparation of A and its
 //     epilogue included) against the probe's 4 x 6 and 3 x 8 tiles (A as it
 //     comes; B packed before the timing, as a load would);
-//   e4m3: octet's GemmE4m3 against the probe's e4m3 tile (2 x 8, each
-//     64-code chunk of an e4m3 panel decoded in registers into two K pairs)
-//     and against the probe's 4 x 6 bfloat16 tile over the same weights
-//     decoded: FP8 against BF16 in the new form.
-// Each prints the medians, two ratios of times (median and spread of the
-// rounds' ratios) and each as a share of the vdpbf16ps peak measured in
-// the same run (before and after the cells; the higher of the two). Before
-// timing, sampled outputs are checked against a binary64 reference within
-// the binary32 summation bound, the probe's e4m3 and bfloat16 tiles against
-// each other (the same products in the same order: the same bits), and its
-// first row computed alone against the batch's; a miss stops the run.
+//   e4m3: octet's GemmE4m3 against the probe's two e4m3 forms (a 2 x 8
+//     tile decoding each 64-code chunk of an e4m3 panel in registers into
+//     two K pairs; each panel decoded kDecodedChunk K values at a time for
+//     all rows under the 4 x 6 bfloat16 tile) and that bfloat16 tile over
+//     the same weights decoded beforehand: FP8 against BF16 in the new form.
+// Each prints the medians, ratios of times (median and spread of the
+// rounds' ratios) and each time as a share of the vdpbf16ps peak measured
+// in the same run (before and after the cells; the higher of the two).
+// Before timing, sampled outputs are checked against a binary64 reference
+// within the binary32 summation bound, the probe's e4m3 forms and
+// bfloat16 tile against each other (the same products in the same order:
+// the same bits), and its first row computed alone against the batch's; a
+// miss stops the run.
 //
 //   bench_outer_product [--shapes=6144x4096,...] [--m=128,512] [--rounds=5]
 //                       [--min_time_ms=100] [--threads=0]
@@ -68,7 +70,8 @@ ABSL_FLAG(std::string, shapes, "6144x4096,4096x4096,28672x4096,4096x14336",
           "weight shapes OUTxIN (N x K), comma-separated; N a multiple of 16, "
           "K a multiple of 4");
 ABSL_FLAG(std::string, m, "128,512", "batch sizes M, comma-separated");
-ABSL_FLAG(int32_t, rounds, 5, "timed rounds per cell (each times all three)");
+ABSL_FLAG(int32_t, rounds, 5,
+          "timed rounds per cell (each times every GEMM of the cell)");
 ABSL_FLAG(int32_t, min_time_ms, 100,
           "each timing repeats its GEMM for at least this long");
 ABSL_FLAG(int32_t, threads, 0, "threads (0 = one per core)");
