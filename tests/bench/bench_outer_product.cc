@@ -253,17 +253,18 @@ struct E4m3PanelTile {
   }
 };
 
-// Tile<NV, rows> for the last rows < MB of a panel.
-template <template <int, int> class Tile, int NV, int MB>
+// Tile<NV, rows> for the last rows < MB of a panel; `extra`: Run's further
+// arguments (Bf16PanelTile's from_c).
+template <template <int, int> class Tile, int NV, int MB, typename... Extra>
 void RowTile(int64_t rows, const Bf16* a, int64_t lda, const uint8_t* panel,
-             int64_t k, float* c, int64_t ldc) {
+             int64_t k, float* c, int64_t ldc, Extra... extra) {
   if constexpr (MB > 1) {
     if (rows < MB) {
-      RowTile<Tile, NV, MB - 1>(rows, a, lda, panel, k, c, ldc);
+      RowTile<Tile, NV, MB - 1>(rows, a, lda, panel, k, c, ldc, extra...);
       return;
     }
   }
-  Tile<NV, MB>::Run(a, lda, panel, k, c, ldc);
+  Tile<NV, MB>::Run(a, lda, panel, k, c, ldc, extra...);
 }
 
 // Every row group of one panel of `vectors` (<= NV) vectors of columns.
@@ -322,19 +323,6 @@ DecodePanelSteps(const uint8_t* panel, int vectors, int64_t s0, int64_t steps,
   }
 }
 
-// Bf16PanelTile<NV, rows> (from_c) for the last rows < MB of a panel.
-template <int NV, int MB>
-void RowTileFrom(int64_t rows, const Bf16* a, int64_t lda, const uint8_t* panel,
-                 int64_t k, float* c, int64_t ldc, bool from_c) {
-  if constexpr (MB > 1) {
-    if (rows < MB) {
-      RowTileFrom<NV, MB - 1>(rows, a, lda, panel, k, c, ldc, from_c);
-      return;
-    }
-  }
-  Bf16PanelTile<NV, MB>::Run(a, lda, panel, k, c, ldc, from_c);
-}
-
 // One e4m3 panel of `vectors` (<= NV) vectors, chunk by chunk of K: the
 // chunk decoded once into `decoded`, then every row group's bfloat16 tile
 // over it, going on from the last chunk's sums in y.
@@ -352,9 +340,10 @@ void DecodedPanelRows(int vectors, const Bf16* a, int64_t m, int64_t k,
     const int64_t kc = std::min(kDecodedChunk, k - k0);
     DecodePanelSteps(panel, NV, k0 / 4, kc / 4, decoded);
     for (int64_t row = 0; row < m; row += MB) {
-      RowTileFrom<NV, MB>(std::min<int64_t>(MB, m - row), a + row * k + k0, k,
-                          reinterpret_cast<const uint8_t*>(decoded), kc,
-                          y + row * n, n, k0 > 0);
+      RowTile<Bf16PanelTile, NV, MB>(std::min<int64_t>(MB, m - row),
+                                     a + row * k + k0, k,
+                                     reinterpret_cast<const uint8_t*>(decoded),
+                                     kc, y + row * n, n, k0 > 0);
     }
   }
 }
@@ -391,6 +380,15 @@ std::vector<uint8_t> RandomCodes(int64_t count, uint32_t seed) {
     do {
       c = static_cast<uint8_t>(rng());
     } while ((c & 0x7F) == 0x7F);
+  }
+  return out;
+}
+
+// e4m3 codes as bfloat16 values (exact: e4m3 has 3 mantissa bits).
+std::vector<Bf16> DecodeToBf16(const std::vector<uint8_t>& codes) {
+  std::vector<Bf16> out(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    out[i] = FloatToBf16(kE4m3DecodeTable[codes[i]]);
   }
   return out;
 }
@@ -626,13 +624,7 @@ bool E4m3Cell(int64_t m, const Shape& s, const CpuKernelOptions& options,
   const int threads = options.num_threads;
   const std::vector<uint8_t> qa = RandomCodes(m * s.k, 3 + m);
   const std::vector<uint8_t> qb = RandomCodes(s.n * s.k, 4 + s.n);
-  std::vector<Bf16> a(qa.size()), b(qb.size());
-  for (size_t i = 0; i < qa.size(); ++i) {
-    a[i] = FloatToBf16(kE4m3DecodeTable[qa[i]]);  // exact
-  }
-  for (size_t i = 0; i < qb.size(); ++i) {
-    b[i] = FloatToBf16(kE4m3DecodeTable[qb[i]]);
-  }
+  const std::vector<Bf16> a = DecodeToBf16(qa), b = DecodeToBf16(qb);
   const std::vector<uint8_t> p8 = PackE4m3Panels(qb, s.n, s.k, 2);
   const std::vector<uint8_t> pd = PackE4m3Panels(qb, s.n, s.k, 4);
   const std::vector<Bf16> p4 = PackPanels(b, s.n, s.k, 4);
