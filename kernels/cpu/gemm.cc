@@ -1,6 +1,7 @@
 // The CPU GEMM driver: argument checks, activation preparation, the choice
-// between streaming and converted weights (gemm_kernels.h), threading and the
-// epilogue. The arithmetic itself is in the per-instruction-set kernels.
+// between streaming and converted weights (gemm_kernels.h) or the panels
+// kernel over packed weights (bf16_panels.h), threading and the epilogue.
+// The arithmetic itself is in the per-instruction-set kernels.
 //
 // Threads split the output columns (N) only, and every output is one dot
 // product computed the same way whatever the split, so results do not depend
@@ -103,6 +104,9 @@ struct Problem {
   int64_t k_blocks = 1;
   const float* scale_b_cols = nullptr;
   bool round_a = false;
+  // B is bfloat16 packed into panels for k_blocks blocks (bf16_panels.h):
+  // the outer-product GEMM (RunPanels).
+  bool b_panels = false;
 };
 
 // binary32 activations -> the binary32 dot format of the scalar and AVX2
@@ -296,6 +300,41 @@ void RunConvertedE4m3(const GemmKernels& kern, const Problem<uint8_t, B>& p,
   }
 }
 
+// The output columns cut into `threads` chunks (multiples of `align`),
+// each run on its own thread: body(col0, col1, sums) writes the chunk's raw
+// sums per K block into sums ([blocks][m][n]; y itself when it is binary32
+// and there is one block), which are then added by TreeSum (unless the
+// kernels add them, adds_blocks), scaled and rounded once (Finish).
+template <typename A, typename B, typename Body>
+void ForColumnChunks(const Problem<A, B>& p, int threads, int64_t align,
+                     float dot_scale, bool adds_blocks, Body body) {
+  float* sums = p.k_blocks == 1 && p.y_dtype == DType::kF32
+                    ? static_cast<float*>(p.y)
+                    : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
+                          p.k_blocks * p.m * p.n * sizeof(float)));
+  float* out_scale = reinterpret_cast<float*>(
+      ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
+  for (int64_t r = 0; r < p.m; ++r) {
+    out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
+  }
+  int64_t chunk = (p.n + threads - 1) / threads;
+  chunk = (chunk + align - 1) / align * align;
+  const int64_t chunks = (p.n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(threads) schedule(static) if (chunks > 1)
+  for (int64_t t = 0; t < chunks; ++t) {
+    const int64_t col0 = t * chunk;
+    const int64_t col1 = std::min(p.n, col0 + chunk);
+    body(col0, col1, sums);
+    if (p.k_blocks > 1 && !adds_blocks) {
+      for (int64_t row = 0; row < p.m; ++row) {
+        TreeSum(sums + row * p.n + col0, p.k_blocks, p.m * p.n, col1 - col0);
+      }
+    }
+    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.scale_a,
+           p.scale_b_cols, p.y, p.y_dtype, p.n);
+  }
+}
+
 // The GEMM on `threads` threads, each a chunk of output columns: raw sums
 // per K block, added by TreeSum, scaled and rounded once (Finish).
 template <typename A, typename B>
@@ -303,48 +342,62 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   constexpr bool kE4m3 = std::is_same_v<A, uint8_t>;
   const BlockLayout l(kern, p.k, p.m, p.k_blocks);
   const char* a = PrepareABlocks(kern, p, l);
-  // The kernels write raw sums; into y itself when it is binary32 and there
-  // is one block.
-  float* sums = l.blocks == 1 && p.y_dtype == DType::kF32
-                    ? static_cast<float*>(p.y)
-                    : reinterpret_cast<float*>(ThreadScratch<Scratch::kSums>(
-                          l.blocks * p.m * p.n * sizeof(float)));
   const KBlocks raw_blocks = RawBlocks(p, l);
   const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
-  float* out_scale = reinterpret_cast<float*>(
-      ThreadScratch<Scratch::kRowScales>(p.m * sizeof(float)));
-  for (int64_t r = 0; r < p.m; ++r) {
-    out_scale[r] = p.scale_a != nullptr ? p.scale_a[r] * p.scale_b : p.scale_b;
-  }
-  int64_t chunk = (p.n + threads - 1) / threads;
-  chunk = (chunk + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
-  const int64_t chunks = (p.n + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(threads) schedule(static) if (chunks > 1)
-  for (int64_t t = 0; t < chunks; ++t) {
-    const int64_t col0 = t * chunk;
-    const int64_t col1 = std::min(p.n, col0 + chunk);
-    if constexpr (kE4m3) {
-      if (p.m > kern.stream_max_m) {
-        RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
-      } else {
-        kern.e4m3_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
-                       raw_blocks);
+  ForColumnChunks(p, threads, kColumnAlign, dot_scale, kern.adds_k_blocks,
+                  [&](int64_t col0, int64_t col1, float* sums) {
+                    if constexpr (kE4m3) {
+                      if (p.m > kern.stream_max_m) {
+                        RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
+                      } else {
+                        kern.e4m3_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1,
+                                       sums, p.n, raw_blocks);
+                      }
+                    } else if constexpr (std::is_same_v<B, Bf16>) {
+                      kern.bf16_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1,
+                                     sums, p.n, raw_blocks);
+                    } else {
+                      kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0,
+                                         col1, sums, p.n, raw_blocks);
+                    }
+                  });
+}
+
+// The outer-product GEMM over bfloat16 panels (bf16_panels.h): A as
+// bfloat16 (binary32 rounded to nearest even), K block after block, each
+// block's rows padded to an even length with zero; then the level's panels
+// kernel (below AVX-512 the scalar twin) over whole panels on each thread.
+template <typename A>
+void RunPanels(const GemmKernels& kern, const Problem<A, Bf16>& p,
+               int threads) {
+  const int64_t kb = p.k / p.k_blocks, kb_pad = kb + kb % 2;
+  const int64_t ld = PreparedStride(kb_pad, sizeof(Bf16));
+  Bf16* a = reinterpret_cast<Bf16*>(
+      ThreadScratch<Scratch::kPreparedA>(p.k_blocks * p.m * ld * sizeof(Bf16)));
+  for (int64_t j = 0; j < p.k_blocks; ++j) {
+    for (int64_t r = 0; r < p.m; ++r) {
+      Bf16* out = a + (j * p.m + r) * ld;
+      const A* in = p.a + r * p.k + j * kb;
+      for (int64_t i = 0; i < kb; ++i) {
+        if constexpr (std::is_same_v<A, float>) {
+          out[i] = FloatToBf16(in[i]);
+        } else {
+          out[i] = in[i];
+        }
       }
-    } else if constexpr (std::is_same_v<B, Bf16>) {
-      kern.bf16_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
-                     raw_blocks);
-    } else {
-      kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
-                         raw_blocks);
+      if (kb_pad > kb) out[kb] = Bf16{0};
     }
-    if (l.blocks > 1 && !kern.adds_k_blocks) {
-      for (int64_t row = 0; row < p.m; ++row) {
-        TreeSum(sums + row * p.n + col0, l.blocks, p.m * p.n, col1 - col0);
-      }
-    }
-    Finish(sums + col0, p.n, p.m, col0, col1, dot_scale, out_scale, p.scale_a,
-           p.scale_b_cols, p.y, p.y_dtype, p.n);
   }
+  const KBlocks blocks{p.k_blocks, p.m * ld * int64_t{sizeof(Bf16)}, 0,
+                       p.m * p.n};
+  const cpu_internal::PanelsKernel kernel =
+      kern.bf16_panels != nullptr ? kern.bf16_panels
+                                  : cpu_internal::kGemmScalar.bf16_panels;
+  ForColumnChunks(p, threads, kBf16PanelColumns, 1.0f, false,
+                  [&](int64_t col0, int64_t col1, float* sums) {
+                    kernel(a, ld, p.m, p.b, p.n, kb_pad, col0, col1, sums, p.n,
+                           blocks);
+                  });
 }
 
 template <typename A, typename B>
@@ -374,6 +427,12 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
       std::is_same_v<A, float> && !p.round_a && *isa == CpuIsa::kAvx512
           ? CpuIsa::kAvx2
           : *isa;
+  if constexpr (std::is_same_v<B, Bf16>) {
+    if (p.b_panels) {
+      RunPanels(GemmKernelsFor(*isa), p, threads);
+      return absl::OkStatus();
+    }
+  }
   RunKernels(GemmKernelsFor(level), p, threads);
   return absl::OkStatus();
 }
@@ -438,6 +497,25 @@ absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
   p.round_a = true;  // rounded as the driver prepares A: no pass of its own
   return Run(p, options,
              k_blocks == 1 ? "GemmRoundedBf16" : "GemmRoundedBf16BlockSums");
+}
+
+absl::Status GemmBf16Panels(const Bf16* a, const Bf16* panels, int64_t m,
+                            int64_t n, int64_t k, void* y, DType y_dtype,
+                            const CpuKernelOptions& options) {
+  Problem<Bf16, Bf16> p{a, panels, m, n, k, nullptr, 1.0f, y, y_dtype};
+  p.b_panels = true;
+  return Run(p, options, "GemmBf16Panels");
+}
+
+absl::Status GemmRoundedBf16PanelBlockSums(const float* a, const Bf16* panels,
+                                           int64_t m, int64_t n, int64_t k,
+                                           int64_t k_blocks, float* y,
+                                           const CpuKernelOptions& options) {
+  Problem<float, Bf16> p{a,       panels, m, n,           k,
+                         nullptr, 1.0f,   y, DType::kF32, k_blocks};
+  p.round_a = true;
+  p.b_panels = true;
+  return Run(p, options, "GemmRoundedBf16PanelBlockSums");
 }
 
 absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,

@@ -75,6 +75,22 @@ absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
                                       float* y,
                                       const CpuKernelOptions& options = {});
 
+// The outer-product GEMMs (docs/decisions/2026-12-06-cpu-gemm-outer-
+// product.md) over bfloat16 weights packed by PackBf16Panels
+// (kernels/cpu/bf16_panels.h), for the same k_blocks. Each output is the
+// binary32 sum of its K pairs in order from zero, per K block, whatever M,
+// the thread count or the row's place in the batch; not the bits of
+// GemmBf16, whose dot products add along K in lanes.
+//
+// GemmBf16 over panels packed with k_blocks = 1.
+absl::Status GemmBf16Panels(const Bf16* a, const Bf16* panels, int64_t m,
+                            int64_t n, int64_t k, void* y, DType y_dtype,
+                            const CpuKernelOptions& options = {});
+// GemmRoundedBf16BlockSums over panels packed with k_blocks.
+absl::Status GemmRoundedBf16PanelBlockSums(
+    const float* a, const Bf16* panels, int64_t m, int64_t n, int64_t k,
+    int64_t k_blocks, float* y, const CpuKernelOptions& options = {});
+
 // Y = A · Bᵀ for binary32 activations A and binary32 or bfloat16 weights B
 // (`b_dtype`), Y in binary32: the unquantized linear layers of the CPU
 // backend whose weights are binary32 (activations are binary32 there).

@@ -197,6 +197,7 @@ const GemmKernels kGemmAvx2 = {
     .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
+    .bf16_panels = nullptr,  // the scalar twin
 };
 
 }  // namespace octet::cpu_internal

@@ -566,6 +566,7 @@ const GemmKernels kGemmAvx512 = {
     .adds_k_blocks = true,
     .e4m3_rows_converting = E4m3RowsConverting,
     .converting_max_m = kE4m3TallMaxMPerTile,
+    .bf16_panels = kBf16PanelsAvx512,
 };
 
 }  // namespace octet::cpu_internal

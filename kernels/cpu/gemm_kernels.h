@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "base/bf16.h"
+#include "kernels/cpu/bf16_panels.h"
 
 namespace octet::cpu_internal {
 
@@ -51,6 +52,21 @@ using RowsKernel = void (*)(const void* a, int64_t lda, int64_t m, const W* b,
                             int64_t ldb, int64_t k, int64_t n_begin,
                             int64_t n_end, float* c, int64_t ldc,
                             const KBlocks& blocks);
+
+// A panels kernel: the outer-product GEMM over bfloat16 weights packed
+// into panels (bf16_panels.h) for a weight of n columns in blocks.count K
+// blocks of kb_pad packed elements each (the block length rounded up to
+// even). For every block j, c + j * blocks.c_floats gets c[row * ldc + col]
+// = the binary32 sum, from zero and in K order one pair at a time, of the
+// products of row `row` of the block's activations and column col's
+// weights, for rows [0, m) and columns [n_begin, n_end) (n_begin a
+// multiple of kBf16PanelColumns). The activations are bfloat16, block j's
+// [m][lda] at a + j * blocks.a_bytes bytes, each row's block padded to
+// kb_pad with zero.
+using PanelsKernel = void (*)(const Bf16* a, int64_t lda, int64_t m,
+                              const Bf16* panels, int64_t n, int64_t kb_pad,
+                              int64_t n_begin, int64_t n_end, float* c,
+                              int64_t ldc, const KBlocks& blocks);
 
 struct GemmKernels {
   int k_align;       // prepared rows are padded to a multiple of this
@@ -115,12 +131,18 @@ struct GemmKernels {
                                void* converted, int64_t converted_ld,
                                int64_t converted_block_bytes);
   int converting_max_m;
+
+  // The outer-product GEMM over bfloat16 panels; null: the level runs the
+  // scalar level's (the panels are laid out for AVX-512's vectors).
+  PanelsKernel bf16_panels;
 };
 
 extern const GemmKernels kGemmScalar;
 #if defined(OCTET_X86)
 extern const GemmKernels kGemmAvx2;
 extern const GemmKernels kGemmAvx512;
+// kGemmAvx512.bf16_panels (gemm_panels_avx512.cc).
+extern const PanelsKernel kBf16PanelsAvx512;
 #endif
 
 }  // namespace octet::cpu_internal

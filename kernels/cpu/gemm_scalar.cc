@@ -1,6 +1,8 @@
 // Scalar GEMM kernels (*Ref): portable loops in K order, the reference
 // the CUDA fallback kernel mirrors and the fallback below AVX2. Activations
 // and converted weights are exact binary32 in natural K order.
+#include <algorithm>
+
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/fp8.h"
 
@@ -49,6 +51,38 @@ void PreparedRowsRef(const void* a, int64_t lda, int64_t m, const void* b,
           blocks);
 }
 
+// The panels kernel's scalar twin: each output's K pairs added in order
+// from zero (the pair's first product, then its second), as the AVX-512
+// kernel adds them one vdpbf16ps per pair. The reference for it is the
+// tests' binary64 bound, not its bits: vdpbf16ps rounds (and flushes
+// subnormals) its own way.
+void PanelsRef(const Bf16* a_ptr, int64_t lda, int64_t m, const Bf16* panels,
+               int64_t n, int64_t kb_pad, int64_t n0, int64_t n1, float* c_ptr,
+               int64_t ldc, const KBlocks& blocks) {
+  const int64_t n_pad = (n + 15) / 16 * 16;
+  const int64_t panel_k = blocks.count * kb_pad;
+  for (int64_t j = 0; j < blocks.count; ++j) {
+    const Bf16* a = reinterpret_cast<const Bf16*>(
+        reinterpret_cast<const char*>(a_ptr) + j * blocks.a_bytes);
+    float* c = c_ptr + j * blocks.c_floats;
+    for (int64_t col = n0; col < n1; ++col) {
+      const int64_t c0 = col / kBf16PanelColumns * kBf16PanelColumns;
+      const int64_t width = std::min(kBf16PanelColumns, n_pad - c0);
+      const Bf16* w =
+          panels + c0 * panel_k + j * kb_pad * width + (col - c0) * 2;
+      for (int64_t row = 0; row < m; ++row) {
+        float acc = 0.0f;
+        for (int64_t pair = 0; pair < kb_pad / 2; ++pair) {
+          const Bf16* x = a + row * lda + 2 * pair;
+          acc += Value(x[0]) * Value(w[pair * width * 2]);
+          acc += Value(x[1]) * Value(w[pair * width * 2 + 1]);
+        }
+        c[row * ldc + col] = acc;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const GemmKernels kGemmScalar = {
@@ -67,6 +101,7 @@ const GemmKernels kGemmScalar = {
     .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
+    .bf16_panels = PanelsRef,
 };
 
 }  // namespace octet::cpu_internal

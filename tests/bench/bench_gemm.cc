@@ -15,6 +15,11 @@
 //                 TreeSum order, unscaled binary32 (GemmE4m3BlockSums on the
 //                 CPU, CublasLtGemm::BlockSums on the GPU), and its time
 //                 over fp8_ms: what TP-invariant sums cost
+//   bf16p_ms      with --panels (CPU): the outer-product GEMM over the
+//                 same bfloat16 weights packed into panels (GemmBf16Panels,
+//                 kernels/cpu/bf16_panels.h; packed before the timing, as a
+//                 load would), and bf16_ms over it: the CPU GEMM's next
+//                 design side by side with today's
 //   fp8rg_ms      with --row_groups G: the e4m3 GEMM with per-sequence
 //                 activation scales, the M rows in min(G, M) sequences, as
 //                 QKV and gate_up run in a batched step: on the GPU each way
@@ -65,6 +70,7 @@
 #include "absl/strings/str_split.h"
 #include "base/bf16.h"
 #include "kernels/aligned.h"
+#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/options.h"
@@ -109,6 +115,9 @@ ABSL_FLAG(int32_t, row_groups, 0,
           "with G > 0, also time the FP8 GEMM with per-sequence scales, the "
           "M rows in min(G, M) sequences (G >= M: each row its own, as in a "
           "decode), each way the backend has; 0: not");
+ABSL_FLAG(bool, panels, false,
+          "CPU: also time GemmBf16Panels (bf16p_ms) over the same weights "
+          "packed into panels");
 ABSL_FLAG(std::string, format, "table", "table or csv");
 ABSL_FLAG(std::string, csv_out, "",
           "also write the rows as CSV (the --format=csv columns) to this "
@@ -129,6 +138,7 @@ struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
   double fp8_blocks_ms = 0;  // with --k_blocks
+  double bf16_panels_ms = 0;  // with --panels
   // With --row_groups: each way's name, time and path.
   std::vector<std::string> rg_ways = {};
   std::vector<double> rg_ms = {};
@@ -156,6 +166,7 @@ struct Config {
   int64_t rotate_bytes;
   int64_t k_blocks;  // 0: no fp8blk column
   int64_t row_groups;  // 0: no fp8rg columns
+  bool panels;         // the bf16p column (CPU)
   bool csv;
   std::string csv_out;
 };
@@ -245,6 +256,7 @@ absl::StatusOr<Config> ParseFlags() {
   if (c.row_groups < 0 || c.row_groups > 65536) {
     return absl::InvalidArgumentError("--row_groups: must be in [0, 65536]");
   }
+  c.panels = absl::GetFlag(FLAGS_panels);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "table" && format != "csv") {
     return absl::InvalidArgumentError(
@@ -427,6 +439,14 @@ class CpuBackend : public Backend {
     w_scale_ = scale->scale;
     w_bf16_.assign(Copies(c_.rotate_bytes, 2 * nk), w.bf16);
     w_fp8_.assign(Copies(c_.rotate_bytes, nk), wq);
+    w_panels_.clear();
+    if (c_.panels) {
+      AlignedVector<Bf16> packed(Bf16PanelElements(s.n, s.k, 1));
+      absl::Status st =
+          PackBf16Panels(w.bf16.data(), s.n, s.k, 1, packed.data());
+      if (!st.ok()) return st;
+      w_panels_.assign(Copies(c_.rotate_bytes, 2 * nk), packed);
+    }
     return absl::OkStatus();
   }
 
@@ -481,9 +501,16 @@ class CpuBackend : public Backend {
                                w_scale_, m, n, k, y.data(), DType::kF32,
                                options_);
     };
+    size_t next_panels = 0;
+    auto bf16_panels = [&](int) {
+      return GemmBf16Panels(x16.data(),
+                            w_panels_[next_panels++ % w_panels_.size()].data(),
+                            m, n, k, y.data(), DType::kF32, options_);
+    };
     std::vector<std::function<absl::Status(int)>> calls = {bf16, fp8,
                                                            fp8_quant};
     if (c_.k_blocks > 0) calls.push_back(fp8_blocks);
+    if (c_.panels) calls.push_back(bf16_panels);
     if (c_.row_groups > 0) calls.push_back(fp8_row_groups);
     absl::StatusOr<std::vector<double>> t = TimeCpuMs(calls, c_);
     if (!t.ok()) return t.status();
@@ -491,6 +518,7 @@ class CpuBackend : public Backend {
     row.fp8_ms = (*t)[1];
     row.fp8_quant_ms = (*t)[2];
     if (c_.k_blocks > 0) row.fp8_blocks_ms = (*t)[3];
+    if (c_.panels) row.bf16_panels_ms = (*t)[c_.k_blocks > 0 ? 4 : 3];
     if (c_.row_groups > 0) {
       row.rg_ways = {"cpu"};
       row.rg_ms = {t->back()};
@@ -520,6 +548,7 @@ class CpuBackend : public Backend {
   float w_scale_ = 1.0f;
   std::vector<AlignedVector<Bf16>> w_bf16_;
   std::vector<AlignedVector<uint8_t>> w_fp8_;
+  std::vector<AlignedVector<Bf16>> w_panels_;  // with --panels
 };
 
 #if defined(OCTET_HAVE_CUDA)
@@ -805,6 +834,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Config& c) {
           "; octet needs compute capability ", kMinCudaComputeCapability / 10,
           ".", kMinCudaComputeCapability % 10, " or newer)"));
     }
+    if (c.panels) {
+      return absl::InvalidArgumentError(
+          "--panels: the panel GEMM is the CPU's; add --backend=cpu");
+    }
     auto b = std::make_unique<CudaBackend>(c);
     absl::Status s = b->Init();
     if (!s.ok()) return s;
@@ -827,7 +860,7 @@ constexpr char kCsvHeader[] =
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
     "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
     "fp8_blocks_ms,blocks_path,row_groups,fp8rg_ms_by_way,fp8rg_best_ms,"
-    "fp8rg_best_way\n";
+    "fp8rg_best_way,bf16_panels_ms\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -870,14 +903,14 @@ std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
       PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path,
-      RowGroupCsv(r, row_groups));
+      RowGroupCsv(r, row_groups), r.bf16_panels_ms);
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -916,7 +949,7 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
   } else {
     absl::PrintF(
         "%6d %6d %6d %s%s%s %9.2f %7.2fx %7.2fx %8.1f %8.3f %6.1f%% %s "
-        "%s%s%s\n",
+        "%s%s%s%s\n",
         r.m, r.n, r.k, TimeCell(r.bf16_ms, r.bf16_path),
         TimeCell(r.fp8_ms, r.fp8_path), TimeCell(r.fp8_quant_ms, r.fp8_path),
         r.quant_us, x_fp8, x_fp8q, gbps, tflops, pct,
@@ -927,6 +960,11 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
                               TimeCell(r.fp8_blocks_ms, r.blocks_path),
                               r.fp8_blocks_ms / r.fp8_ms)
             : std::string(),
+        c.panels ? absl::StrFormat(
+                       " %s %7.2fx %s", TimeCell(r.bf16_panels_ms, "cpu"),
+                       r.bf16_ms / r.bf16_panels_ms,
+                       PctCell(PctOfPeak(Tflops(r, r.bf16_panels_ms), peak)))
+                 : std::string(),
         RowGroupCells(r));
   }
   std::fflush(stdout);
@@ -993,7 +1031,7 @@ int Main(int argc, char** argv) {
         "are for fp8q (bytes = weights + activations in + output); "
         "%%pk_bf16, %%pk_fp8q = TFLOP/s of bf16 and fp8q as a share of the "
         "dot-product peak (- : not measured); * = the fallback kernel ran "
-        "it, not cuBLASLt%s%s\n\n",
+        "it, not cuBLASLt%s%s%s\n\n",
         b.Notes(), c.rotate_bytes >> 20, b.Timing(),
         c.k_blocks > 0
             ? absl::StrFormat(
@@ -1002,6 +1040,9 @@ int Main(int argc, char** argv) {
                   "blk/fp8 = its time over fp8_ms",
                   c.k_blocks)
             : std::string(),
+        c.panels ? ";\nbf16p = the BF16 GEMM over weights packed into panels "
+                   "(outer products); x_bf16p = bf16_ms over bf16p_ms"
+                 : "",
         c.row_groups > 0
             ? absl::StrFormat(
                   ";\nrg:WAY = the FP8 GEMM with per-sequence scales, the M "
@@ -1018,11 +1059,14 @@ int Main(int argc, char** argv) {
       absl::StrAppend(&rg_header, absl::StrFormat(" %7s", "rg/fp8"));
     }
     absl::PrintF(
-        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s%s\n",
+        "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s%s%s\n",
         "M", "N", "K", "bf16_ms", "fp8_ms", "fp8q_ms", "quant_us", "x_fp8",
         "x_fp8q", "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q",
         c.k_blocks > 0 ? absl::StrFormat(" %10s  %8s", "fp8blk_ms", "blk/fp8")
                        : std::string(),
+        c.panels ? absl::StrFormat(" %10s  %8s %7s", "bf16p_ms", "x_bf16p",
+                                   "%pk_bf16p")
+                 : std::string(),
         rg_header);
   }
   std::vector<int64_t> skipped;
