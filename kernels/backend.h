@@ -82,6 +82,12 @@ struct LinearWeight {
   // in. A backend whose GEMM chooses its arithmetic by shape (cuBLASLt)
   // plans for this one, so that the slice computes TP = 1's bits.
   int64_t full_out = 0, full_in = 0;
+  // How `data` holds W: [out][in] rows as loaded, or as the backend laid it
+  // out for its GEMM (Backend::LayOutWeight): bfloat16 panels
+  // (kernels/cpu/bf16_panels.h) packed for `layout_k_blocks` K blocks.
+  enum class Layout { kRows, kBf16Panels };
+  Layout layout = Layout::kRows;
+  int64_t layout_k_blocks = 1;
 };
 
 // Where the tokens of one forward pass sit in the paged KV cache.
@@ -244,6 +250,14 @@ class Backend {
   // it takes none and the caller need not make them.
   virtual int64_t attention_query_tile() const { return 0; }
 
+  // Lays a loaded weight out as this backend's GEMM reads it best, for
+  // calls that sum K in `k_blocks` blocks (1, or GemmBlockSums's): w.data
+  // may be replaced and w.layout set. The default keeps [out][in] rows; the
+  // CPU packs bfloat16 weights into panels where its kernels are AVX-512's.
+  // Nothing may read a laid-out weight as rows afterwards (the embedding
+  // table an lm_head is tied to is never laid out).
+  virtual absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks);
+
   // y[rows][w.out] = x[rows][w.in] · Wᵀ for unquantized weights; y in the
   // activation dtype or kF32 (logits).
   virtual absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w,
@@ -401,6 +415,13 @@ inline absl::Status Backend::QuantizeOwnRows(
   return in != nullptr
              ? FusedQuantize(*in, rows, cols, groups, absmax, q, scale)
              : Quantize(x, rows, cols, groups, absmax, q, scale);
+}
+
+inline absl::Status Backend::LayOutWeight(LinearWeight&, int64_t k_blocks) {
+  if (k_blocks < 1) {
+    return absl::InvalidArgumentError("LayOutWeight: k_blocks must be >= 1");
+  }
+  return absl::OkStatus();
 }
 
 inline absl::Status Backend::SetRowGroupGemmWay(int64_t, const LinearWeight&,

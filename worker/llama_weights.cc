@@ -4,6 +4,7 @@
 // the check that every rank's FP8 o/down weights share a scale. Tensor names
 // come from model/tensor_names.h; reading and quantizing one weight is
 // worker/linear_loader.h's job.
+#include <algorithm>
 #include <bit>
 #include <string>
 #include <utility>
@@ -263,6 +264,8 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
     OCTET_ASSIGN_OR_RETURN(
         lm_head_, LoadTable(ckpt, TensorName(ModelTensor::kLmHead), policy,
                             backend_, vocab_rows));
+    // Its own table (a tied one stays rows, for the embedding lookups).
+    OCTET_RETURN_IF_ERROR(backend_.LayOutWeight(lm_head_, 1));
   }
   OCTET_ASSIGN_OR_RETURN(
       final_norm_,
@@ -299,16 +302,27 @@ absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
     OCTET_ASSIGN_OR_RETURN(layer.k_norm,
                            LoadVectorF32(ckpt, name(T::kKNorm), backend_));
   }
+  // The K blocks each layer's GEMM sums apart: the row-parallel layers'
+  // (ChooseRowParallelBlocks), one for the rest.
   struct Fused {
     LinearWeight* dst;
     std::vector<std::string> parts;
     const WeightSlice& slice;
+    int64_t k_blocks;
   };
   for (const Fused& fused :
-       {Fused{&layer.qkv, {name(T::kQ), name(T::kK), name(T::kV)}, slices.qkv},
-        Fused{&layer.o, {name(T::kO)}, slices.o},
-        Fused{&layer.gate_up, {name(T::kGate), name(T::kUp)}, slices.gate_up},
-        Fused{&layer.down, {name(T::kDown)}, slices.down}}) {
+       {Fused{
+            &layer.qkv, {name(T::kQ), name(T::kK), name(T::kV)}, slices.qkv, 1},
+        Fused{&layer.o,
+              {name(T::kO)},
+              slices.o,
+              std::max<int64_t>(o_blocks_.local, 1)},
+        Fused{
+            &layer.gate_up, {name(T::kGate), name(T::kUp)}, slices.gate_up, 1},
+        Fused{&layer.down,
+              {name(T::kDown)},
+              slices.down,
+              std::max<int64_t>(down_blocks_.local, 1)}}) {
     // Left unquantized by an FP8 checkpoint's writer: run as it is.
     OCTET_ASSIGN_OR_RETURN(const bool as_stored,
                            LeftUnquantized(ckpt, fused.parts));
@@ -317,6 +331,8 @@ absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(
     OCTET_ASSIGN_OR_RETURN(
         *fused.dst, LoadLinear(ckpt, fused.parts, as_stored ? dense : policy,
                                backend_, fused.slice));
+    // As this backend's GEMM reads it best (the CPU: bfloat16 panels).
+    OCTET_RETURN_IF_ERROR(backend_.LayOutWeight(*fused.dst, fused.k_blocks));
   }
   return layer;
 }

@@ -132,6 +132,9 @@ class ProfilingBackend : public Backend {
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* kc,
                          const void* vc, void* out) override;
+  absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks) override {
+    return inner_.LayOutWeight(w, k_blocks);
+  }
   absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
                     DType y_dtype) override;
   absl::Status AbsMax(const void* x, int64_t rows, int64_t cols,

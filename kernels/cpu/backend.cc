@@ -23,6 +23,7 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quantize.h"
@@ -171,6 +172,34 @@ class CpuBackend : public Backend {
         static_cast<const float*>(q), q_stride, heads, kv_heads, head_dim, meta,
         static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
         static_cast<float*>(out), options_);
+  }
+  // bfloat16 weights become panels (kernels/cpu/bf16_panels.h) where the
+  // kernels are AVX-512's, for the outer-product GEMM; the other levels'
+  // kernels read rows.
+  absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks) override {
+    if (k_blocks < 1 || (w.in > 0 && w.in % k_blocks != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("LayOutWeight: K = ", w.in,
+                                                     " does not split into ",
+                                                     k_blocks, " blocks"));
+    }
+    if (w.layout != LinearWeight::Layout::kRows) {
+      return absl::FailedPreconditionError(
+          "LayOutWeight: the weight is laid out already");
+    }
+    if (w.dtype != DType::kBf16 || !options_.bf16_panels ||
+        ResolveCpuIsa(options_.isa) != CpuIsa::kAvx512) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<DeviceBuffer> panels =
+        Allocate(Bf16PanelElements(w.out, w.in, k_blocks) * sizeof(Bf16));
+    if (!panels.ok()) return panels.status();
+    absl::Status s = PackBf16Panels(w.data.as<Bf16>(), w.out, w.in, k_blocks,
+                                    panels->as<Bf16>());
+    if (!s.ok()) return s;
+    w.data = *std::move(panels);
+    w.layout = LinearWeight::Layout::kBf16Panels;
+    w.layout_k_blocks = k_blocks;
+    return absl::OkStatus();
   }
   absl::Status Gemm(const void* x, int64_t rows, const LinearWeight& w, void* y,
                     DType y_dtype) override {
@@ -336,12 +365,30 @@ class CpuBackend : public Backend {
   absl::Status UnquantizedSums(const float* x, int64_t rows,
                                const LinearWeight& w, int64_t k_blocks,
                                float* sums) {
+    if (w.layout == LinearWeight::Layout::kBf16Panels) {
+      if (!PanelsServe(w, k_blocks)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CPU GEMM: a weight packed for ", w.layout_k_blocks,
+                         " K blocks cannot be summed in ", k_blocks));
+      }
+      return GemmRoundedBf16PanelBlockSums(x, w.data.as<Bf16>(), rows, w.out,
+                                           w.in, k_blocks, sums, options_);
+    }
     if (w.dtype == DType::kBf16) {
       return GemmRoundedBf16BlockSums(x, w.data.as<Bf16>(), rows, w.out, w.in,
                                       k_blocks, sums, options_);
     }
     return GemmF32BlockSums(x, w.data.data(), w.dtype, rows, w.out, w.in,
                             k_blocks, sums, options_);
+  }
+
+  // Whether panels packed for w.layout_k_blocks K blocks are those of
+  // k_blocks: the same count, or blocks of even length in both (each
+  // padded block is then the block itself: bf16_panels.h).
+  static bool PanelsServe(const LinearWeight& w, int64_t k_blocks) {
+    if (k_blocks == w.layout_k_blocks) return true;
+    return k_blocks >= 1 && w.in % k_blocks == 0 &&
+           (w.in / k_blocks) % 2 == 0 && (w.in / w.layout_k_blocks) % 2 == 0;
   }
 
   // The values `in` produces, in produced_ (grown to the largest call).

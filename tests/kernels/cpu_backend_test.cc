@@ -1,14 +1,19 @@
 // The CPU backend's FP8 linear steps with row groups (one activation scale
 // per sequence, kernels/backend.h): each group is quantized and multiplied
-// exactly as it would be alone, and malformed groups are errors.
+// exactly as it would be alone, and malformed groups are errors. And its
+// weight layouts (LayOutWeight): bfloat16 weights become panels where the
+// kernels are AVX-512's, and its GEMMs over them are the panel GEMM's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/backend.h"
+#include "kernels/cpu/bf16_panels.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
@@ -102,6 +107,101 @@ TEST_F(CpuBackendTest, MalformedGroupsAreErrors) {
   EXPECT_EQ(
       backend_->AbsMax(x.data(), rows, in, {0, nullptr}, absmax.data()).code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// A bfloat16 weight [out][in] on `backend`.
+LinearWeight Bf16Weight(Backend& backend, const std::vector<Bf16>& values,
+                        int64_t out, int64_t in) {
+  LinearWeight w;
+  w.out = out;
+  w.in = in;
+  w.dtype = DType::kBf16;
+  w.data = *backend.Allocate(out * in * sizeof(Bf16));
+  std::copy(values.begin(), values.end(), w.data.as<Bf16>());
+  return w;
+}
+
+// On every level: AVX-512 packs a bfloat16 weight into panels for its K
+// blocks and its GEMMs are then GemmRoundedBf16PanelBlockSums over them, bit
+// for bit, also with blocks of even length it was not packed for; the
+// other levels keep rows. Binary32 and e4m3 weights keep rows everywhere.
+TEST(CpuBackendLayout, Bf16WeightsBecomePanelsOnAvx512) {
+  const int64_t out = 70, in = 96, rows = 5;
+  const std::vector<Bf16> values = testing::RandomBf16(out * in, 3);
+  std::vector<float> x(rows * in);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float(i % 97) - 0.4f;
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    const CpuKernelOptions options{.isa = isa, .num_threads = 2};
+    auto backend = NewCpuBackend(options);
+    LinearWeight w = Bf16Weight(*backend, values, out, in);
+    ASSERT_TRUE(backend->LayOutWeight(w, 4).ok());
+    if (isa != CpuIsa::kAvx512) {
+      EXPECT_EQ(w.layout, LinearWeight::Layout::kRows) << CpuIsaName(isa);
+      continue;
+    }
+    ASSERT_EQ(w.layout, LinearWeight::Layout::kBf16Panels);
+    EXPECT_EQ(w.layout_k_blocks, 4);
+    EXPECT_EQ(Bf16PanelAt(w.data.as<Bf16>(), out, in, 4, 69, 95).bits,
+              values[69 * in + 95].bits);
+    std::vector<Bf16> packed(Bf16PanelElements(out, in, 4));
+    ASSERT_TRUE(PackBf16Panels(values.data(), out, in, 4, packed.data()).ok());
+    for (int64_t blocks : {4, 1, 2}) {  // 24, 96, 48 long: all even
+      std::vector<float> want(rows * out), got(rows * out);
+      ASSERT_TRUE(GemmRoundedBf16PanelBlockSums(x.data(), packed.data(), rows,
+                                                out, in, blocks, want.data(),
+                                                options)
+                      .ok());
+      ASSERT_TRUE(
+          backend->GemmBlockSums(x.data(), rows, w, blocks, got.data()).ok());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
+                  std::bit_cast<uint32_t>(got[i]))
+            << blocks << " blocks, at " << i;
+      }
+      if (blocks != 1) continue;
+      ASSERT_TRUE(
+          backend->Gemm(x.data(), rows, w, got.data(), DType::kF32).ok());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
+                  std::bit_cast<uint32_t>(got[i]))
+            << "Gemm at " << i;
+      }
+    }
+  }
+}
+
+// Panels packed for blocks of even length serve any count of even blocks
+// (the padded blocks are the blocks); odd ones only their own count.
+TEST(CpuBackendLayout, MisusedLayoutsAreErrors) {
+  if (!CpuIsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  auto backend =
+      NewCpuBackend(CpuKernelOptions{.isa = CpuIsa::kAvx512, .num_threads = 1});
+  const int64_t out = 16, in = 30;
+  std::vector<float> x(in, 1.0f), y(out);
+  for (int64_t packed_for : {3, 5}) {  // blocks of 10 (even), 6 (even)
+    LinearWeight w =
+        Bf16Weight(*backend, testing::RandomBf16(out * in, 4), out, in);
+    EXPECT_EQ(backend->LayOutWeight(w, 4).code(),
+              absl::StatusCode::kInvalidArgument);  // 30 in 4 blocks
+    ASSERT_TRUE(backend->LayOutWeight(w, packed_for).ok());
+    EXPECT_EQ(backend->LayOutWeight(w, packed_for).code(),
+              absl::StatusCode::kFailedPrecondition);
+    for (int64_t blocks : {1, 3, 5, 15}) {  // 30, 10, 6, 2 long
+      EXPECT_TRUE(backend->GemmBlockSums(x.data(), 1, w, blocks, y.data()).ok())
+          << blocks;
+    }
+    for (int64_t blocks : {2, 6}) {  // 15, 5 long: odd, packed apart
+      EXPECT_EQ(backend->GemmBlockSums(x.data(), 1, w, blocks, y.data()).code(),
+                absl::StatusCode::kInvalidArgument)
+          << blocks;
+    }
+  }
+  LinearWeight odd =
+      Bf16Weight(*backend, testing::RandomBf16(out * in, 5), out, in);
+  ASSERT_TRUE(backend->LayOutWeight(odd, 2).ok());  // blocks of 15
+  EXPECT_TRUE(backend->GemmBlockSums(x.data(), 1, odd, 2, y.data()).ok());
+  EXPECT_EQ(backend->GemmBlockSums(x.data(), 1, odd, 1, y.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

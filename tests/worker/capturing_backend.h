@@ -223,6 +223,10 @@ class CapturingBackend : public Backend {
       return inner_->GemmE4m3(q, q_scale, groups, rows, *pw, y);
     });
   }
+  // At load, not captured: the inner backend's layout.
+  absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks) override {
+    return inner_->LayOutWeight(w, k_blocks);
+  }
   absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
                              int64_t k_blocks, float* sums) override {
     const LinearWeight* pw = &w;

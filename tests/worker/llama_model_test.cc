@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "model/synthetic.h"
 #include "tests/status_util.h"
 #include "tests/worker/model_test_util.h"
@@ -394,6 +395,38 @@ TEST(LlamaModel, SlicedWeightsKnowTheWholeLayersShape) {
     OCTET_ASSERT_OK(whole);
     EXPECT_EQ(whole->full_out, whole->out);
     EXPECT_EQ(whole->full_in, whole->in);
+  }
+}
+
+// On an AVX-512 CPU backend every bfloat16 projection is packed into
+// panels at load (kernels/cpu/bf16_panels.h), o_proj and down_proj for
+// their K blocks, and an untied lm_head too; a tied one stays the
+// embedding table's rows, which the lookups read.
+TEST(LlamaModel, Bf16WeightsAreLaidOutAsPanelsOnAvx512) {
+  if (!CpuIsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  using Layout = LinearWeight::Layout;
+  for (const std::string preset : {"tiny-mistral", "tiny"}) {
+    auto ckpt = Checkpoint::Open(MakeCheckpoint(preset, DType::kBf16, 3));
+    OCTET_ASSERT_OK(ckpt);
+    const ModelConfig& c = (*ckpt)->config();
+    auto backend = NewCpuBackend({.isa = CpuIsa::kAvx512});
+    auto model = LlamaModel::Load(**ckpt, *backend, {});
+    OCTET_ASSERT_OK(model);
+    using P = LlamaModel::Projection;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      for (P which : {P::kQkv, P::kO, P::kGateUp, P::kDown}) {
+        const LinearWeight& w = (*model)->projection(l, which);
+        const int64_t blocks =
+            which == P::kO      ? GlobalBlocks(c, c.num_heads * c.head_dim)
+            : which == P::kDown ? GlobalBlocks(c, c.intermediate_size)
+                                : 1;
+        EXPECT_EQ(w.layout, Layout::kBf16Panels) << preset << " layer " << l;
+        EXPECT_EQ(w.layout_k_blocks, blocks) << preset << " layer " << l;
+      }
+    }
+    EXPECT_EQ((*model)->lm_head().layout,
+              c.tie_word_embeddings ? Layout::kRows : Layout::kBf16Panels)
+        << preset;
   }
 }
 
