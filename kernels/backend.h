@@ -83,9 +83,9 @@ struct LinearWeight {
   // plans for this one, so that the slice computes TP = 1's bits.
   int64_t full_out = 0, full_in = 0;
   // How `data` holds W: [out][in] rows as loaded, or as the backend laid it
-  // out for its GEMM (Backend::LayOutWeight): bfloat16 panels
-  // (kernels/cpu/bf16_panels.h) packed for `layout_k_blocks` K blocks.
-  enum class Layout { kRows, kBf16Panels };
+  // out for its GEMM (Backend::LayOutWeight): bfloat16 or e4m3 panels
+  // (kernels/cpu/panels.h) packed for `layout_k_blocks` K blocks.
+  enum class Layout { kRows, kBf16Panels, kE4m3Panels };
   Layout layout = Layout::kRows;
   int64_t layout_k_blocks = 1;
 };
@@ -253,7 +253,8 @@ class Backend {
   // Lays a loaded weight out as this backend's GEMM reads it best, for
   // calls that sum K in `k_blocks` blocks (1, or GemmBlockSums's): w.data
   // may be replaced and w.layout set. The default keeps [out][in] rows; the
-  // CPU packs bfloat16 weights into panels where its kernels are AVX-512's.
+  // CPU packs bfloat16 and e4m3 weights into panels where its kernels are
+  // AVX-512's.
   // Nothing may read a laid-out weight as rows afterwards (the embedding
   // table an lm_head is tied to is never laid out).
   virtual absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks);

@@ -264,7 +264,10 @@ absl::Status LlamaModel::LoadTables(const Checkpoint& ckpt,
     OCTET_ASSIGN_OR_RETURN(
         lm_head_, LoadTable(ckpt, TensorName(ModelTensor::kLmHead), policy,
                             backend_, vocab_rows));
-    // Its own table (a tied one stays rows, for the embedding lookups).
+  }
+  // As this backend's GEMM reads it best, where it is a table of its own (a
+  // tied, unquantized one stays rows: the embedding lookups read them).
+  if (lm_head_.data.data() != embedding_.data.data()) {
     OCTET_RETURN_IF_ERROR(backend_.LayOutWeight(lm_head_, 1));
   }
   OCTET_ASSIGN_OR_RETURN(

@@ -23,9 +23,9 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/panels.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
 
@@ -173,9 +173,9 @@ class CpuBackend : public Backend {
         static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
         static_cast<float*>(out), options_);
   }
-  // bfloat16 weights become panels (kernels/cpu/bf16_panels.h) where the
-  // kernels are AVX-512's, for the outer-product GEMM; the other levels'
-  // kernels read rows.
+  // bfloat16 and e4m3 weights become panels (kernels/cpu/panels.h) where
+  // the kernels are AVX-512's, for the outer-product GEMMs; the other
+  // levels' kernels read rows.
   absl::Status LayOutWeight(LinearWeight& w, int64_t k_blocks) override {
     if (k_blocks < 1 || (w.in > 0 && w.in % k_blocks != 0)) {
       return absl::InvalidArgumentError(absl::StrCat("LayOutWeight: K = ", w.in,
@@ -186,18 +186,23 @@ class CpuBackend : public Backend {
       return absl::FailedPreconditionError(
           "LayOutWeight: the weight is laid out already");
     }
-    if (w.dtype != DType::kBf16 || !options_.bf16_panels ||
+    const bool bf16 = w.dtype == DType::kBf16;
+    if ((!bf16 && w.dtype != DType::kE4m3) || !options_.panels ||
         ResolveCpuIsa(options_.isa) != CpuIsa::kAvx512) {
       return absl::OkStatus();
     }
     absl::StatusOr<DeviceBuffer> panels =
-        Allocate(Bf16PanelElements(w.out, w.in, k_blocks) * sizeof(Bf16));
+        Allocate(bf16 ? Bf16PanelElements(w.out, w.in, k_blocks) * sizeof(Bf16)
+                      : E4m3PanelBytes(w.out, w.in, k_blocks));
     if (!panels.ok()) return panels.status();
-    absl::Status s = PackBf16Panels(w.data.as<Bf16>(), w.out, w.in, k_blocks,
-                                    panels->as<Bf16>());
+    absl::Status s = bf16 ? PackBf16Panels(w.data.as<Bf16>(), w.out, w.in,
+                                           k_blocks, panels->as<Bf16>())
+                          : PackE4m3Panels(w.data.as<uint8_t>(), w.out, w.in,
+                                           k_blocks, panels->as<uint8_t>());
     if (!s.ok()) return s;
     w.data = *std::move(panels);
-    w.layout = LinearWeight::Layout::kBf16Panels;
+    w.layout = bf16 ? LinearWeight::Layout::kBf16Panels
+                    : LinearWeight::Layout::kE4m3Panels;
     w.layout_k_blocks = k_blocks;
     return absl::OkStatus();
   }
@@ -265,6 +270,9 @@ class CpuBackend : public Backend {
     if (w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("GemmE4m3: weights are not e4m3");
     }
+    if (w.layout == LinearWeight::Layout::kE4m3Panels) {
+      return PanelGemmE4m3(q, q_scale, groups, rows, w, y);
+    }
     const float w_scale = *w.scale.as<float>();
     if (groups.count == 1 && !w.scale_per_row) {
       return octet::GemmE4m3(q, *q_scale, w.data.as<uint8_t>(), w_scale, rows,
@@ -284,6 +292,12 @@ class CpuBackend : public Backend {
   bool has_block_sums() const override { return true; }
   absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
                              int64_t k_blocks, float* sums) override {
+    if (w.layout == LinearWeight::Layout::kE4m3Panels) {
+      if (!PanelsServe(w, k_blocks)) return PanelsRefuse(w, k_blocks);
+      return GemmE4m3PanelBlockSums(static_cast<const uint8_t*>(x),
+                                    w.data.as<uint8_t>(), rows, w.out, w.in,
+                                    k_blocks, sums, options_);
+    }
     if (w.dtype == DType::kE4m3) {
       return octet::GemmE4m3BlockSums(static_cast<const uint8_t*>(x),
                                       w.data.as<uint8_t>(), rows, w.out, w.in,
@@ -366,11 +380,7 @@ class CpuBackend : public Backend {
                                const LinearWeight& w, int64_t k_blocks,
                                float* sums) {
     if (w.layout == LinearWeight::Layout::kBf16Panels) {
-      if (!PanelsServe(w, k_blocks)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CPU GEMM: a weight packed for ", w.layout_k_blocks,
-                         " K blocks cannot be summed in ", k_blocks));
-      }
+      if (!PanelsServe(w, k_blocks)) return PanelsRefuse(w, k_blocks);
       return GemmRoundedBf16PanelBlockSums(x, w.data.as<Bf16>(), rows, w.out,
                                            w.in, k_blocks, sums, options_);
     }
@@ -383,12 +393,37 @@ class CpuBackend : public Backend {
   }
 
   // Whether panels packed for w.layout_k_blocks K blocks are those of
-  // k_blocks: the same count, or blocks of even length in both (each
-  // padded block is then the block itself: bf16_panels.h).
+  // k_blocks: the same count, or blocks whose length is a multiple of the
+  // format's K step in both (each padded block is then the block itself:
+  // panels.h).
   static bool PanelsServe(const LinearWeight& w, int64_t k_blocks) {
     if (k_blocks == w.layout_k_blocks) return true;
+    const int64_t step = w.layout == LinearWeight::Layout::kE4m3Panels ? 4 : 2;
     return k_blocks >= 1 && w.in % k_blocks == 0 &&
-           (w.in / k_blocks) % 2 == 0 && (w.in / w.layout_k_blocks) % 2 == 0;
+           (w.in / k_blocks) % step == 0 &&
+           (w.in / w.layout_k_blocks) % step == 0;
+  }
+  static absl::Status PanelsRefuse(const LinearWeight& w, int64_t k_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CPU GEMM: a weight packed for ", w.layout_k_blocks,
+                     " K blocks cannot be summed in ", k_blocks));
+  }
+
+  // GemmE4m3 over e4m3 panels: one activation scale per row always (the
+  // per-tensor scale in every row gives the same product of scales).
+  absl::Status PanelGemmE4m3(const uint8_t* q, const float* q_scale,
+                             const RowGroups& groups, int64_t rows,
+                             const LinearWeight& w, void* y) {
+    absl::Status s = SpreadRowScales(rows, q_scale, groups, "GemmE4m3");
+    if (!s.ok()) return s;
+    if (w.scale_per_row) {
+      return GemmE4m3PanelChannelScales(
+          q, row_scales_.data(), w.data.as<uint8_t>(), w.scale.as<float>(),
+          rows, w.out, w.in, y, DType::kF32, options_);
+    }
+    return GemmE4m3PanelRowScales(q, row_scales_.data(), w.data.as<uint8_t>(),
+                                  *w.scale.as<float>(), rows, w.out, w.in, y,
+                                  DType::kF32, options_);
   }
 
   // The values `in` produces, in produced_ (grown to the largest call).

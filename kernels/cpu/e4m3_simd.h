@@ -14,6 +14,9 @@
 // (|x| < 2^-6) rounds by adding 2^14 in binary32, whose ulp is e4m3's 2^-9;
 // then saturation and NaN are blended in. Bit-identical to EncodeE4m3.
 //
+// With AVX-512 VBMI, e4m3 -> bfloat16 (E4m3Decoder) is two 128-entry
+// byte-table lookups instead, for the GEMMs' vdpbf16ps.
+//
 // Everything here has internal linkage (anonymous namespace): each
 // instruction-set translation unit gets its own copy, compiled with its own
 // flags, and the linker can never hand an AVX-512 copy to the AVX2 path.
@@ -21,7 +24,10 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
+
+#include "kernels/fp8.h"
 
 namespace octet::cpu_internal {
 namespace {  // NOLINT(build/namespaces): see above
@@ -131,6 +137,50 @@ inline __m128i EncodeE4m3Avx512(__m512 y) {
 }
 
 #endif  // AVX-512
+
+#if defined(__AVX512BW__) && defined(__AVX512VBMI__)
+
+// The bfloat16 of each e4m3 magnitude (sign bit clear), split into the high
+// and low byte tables the decoder looks up; exact, as e4m3 has 3 mantissa
+// bits. Magnitude 0x7F (NaN) maps to a bfloat16 NaN.
+template <int kShift>
+struct alignas(64) ByteTable {
+  uint8_t bytes[128];
+  constexpr ByteTable() : bytes() {
+    for (int c = 0; c < 128; ++c) {
+      bytes[c] = static_cast<uint8_t>(
+          std::bit_cast<uint32_t>(kE4m3DecodeTable[c]) >> (16 + kShift));
+    }
+  }
+};
+constexpr ByteTable<8> kHighBytes;
+constexpr ByteTable<0> kLowBytes;
+
+struct E4m3Decoder {
+  __m512i hi0, hi1, lo0, lo1, sign;
+
+  E4m3Decoder()
+      : hi0(_mm512_load_si512(kHighBytes.bytes)),
+        hi1(_mm512_load_si512(kHighBytes.bytes + 64)),
+        lo0(_mm512_load_si512(kLowBytes.bytes)),
+        lo1(_mm512_load_si512(kLowBytes.bytes + 64)),
+        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
+
+  // 64 codes -> 64 bfloat16 in two vectors, in the decoder's K order: the
+  // byte interleave works within 128-bit lanes, so lane L of w0 holds codes
+  // 16 L .. 16 L + 7 and lane L of w1 codes 16 L + 8 .. 16 L + 15.
+  void Decode(__m512i codes, __m512i& w0, __m512i& w1) const {
+    // vpermi2b reads index bits 0..6 only, so the sign bit is ignored here
+    // and OR-ed back in by the ternary-logic op (0xF8: hi | (codes & 0x80)).
+    __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    hi = _mm512_ternarylogic_epi32(hi, codes, sign, 0xF8);
+    w0 = _mm512_unpacklo_epi8(lo, hi);
+    w1 = _mm512_unpackhi_epi8(lo, hi);
+  }
+};
+
+#endif  // AVX-512 BW + VBMI
 
 }  // namespace
 }  // namespace octet::cpu_internal

@@ -1,6 +1,6 @@
 // The CPU GEMM driver: argument checks, activation preparation, the choice
 // between streaming and converted weights (gemm_kernels.h) or the panels
-// kernel over packed weights (bf16_panels.h), threading and the epilogue.
+// kernel over packed weights (panels.h), threading and the epilogue.
 // The arithmetic itself is in the per-instruction-set kernels.
 //
 // Threads split the output columns (N) only, and every output is one dot
@@ -104,8 +104,8 @@ struct Problem {
   int64_t k_blocks = 1;
   const float* scale_b_cols = nullptr;
   bool round_a = false;
-  // B is bfloat16 packed into panels for k_blocks blocks (bf16_panels.h):
-  // the outer-product GEMM (RunPanels).
+  // B is bfloat16 or e4m3 packed into panels for k_blocks blocks
+  // (panels.h): the outer-product GEMM (RunPanels).
   bool b_panels = false;
 };
 
@@ -363,14 +363,37 @@ void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
                   });
 }
 
-// The outer-product GEMM over bfloat16 panels (bf16_panels.h): A as
-// bfloat16 (binary32 rounded to nearest even), K block after block, each
-// block's rows padded to an even length with zero; then the level's panels
-// kernel (below AVX-512 the scalar twin) over whole panels on each thread.
+// e4m3 codes' exact bfloat16 values.
+constexpr struct E4m3Bf16Table {
+  Bf16 value[256];
+  constexpr E4m3Bf16Table() : value() {
+    for (int c = 0; c < 256; ++c) value[c] = FloatToBf16(kE4m3DecodeTable[c]);
+  }
+} kE4m3Bf16;
+
+// One activation as the panels kernels take it: bfloat16, binary32 rounded
+// to nearest even, e4m3 decoded exactly.
 template <typename A>
-void RunPanels(const GemmKernels& kern, const Problem<A, Bf16>& p,
-               int threads) {
-  const int64_t kb = p.k / p.k_blocks, kb_pad = kb + kb % 2;
+Bf16 PanelActivation(A x) {
+  if constexpr (std::is_same_v<A, float>) {
+    return FloatToBf16(x);
+  } else if constexpr (std::is_same_v<A, uint8_t>) {
+    return kE4m3Bf16.value[x];
+  } else {
+    return x;
+  }
+}
+
+// The outer-product GEMM over panels (panels.h) of bfloat16 weights (B =
+// Bf16) or e4m3 codes (B = uint8_t): A as bfloat16 (PanelActivation), K
+// block after block, each block's rows padded with zeros to the format's K
+// step; then the level's panels kernel (below AVX-512 the scalar twin) over
+// whole panels on each thread.
+template <typename A, typename B>
+void RunPanels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
+  constexpr int64_t kStep = sizeof(B) == 1 ? 4 : 2;
+  const int64_t kb = p.k / p.k_blocks;
+  const int64_t kb_pad = (kb + kStep - 1) / kStep * kStep;
   const int64_t ld = PreparedStride(kb_pad, sizeof(Bf16));
   Bf16* a = reinterpret_cast<Bf16*>(
       ThreadScratch<Scratch::kPreparedA>(p.k_blocks * p.m * ld * sizeof(Bf16)));
@@ -378,22 +401,23 @@ void RunPanels(const GemmKernels& kern, const Problem<A, Bf16>& p,
     for (int64_t r = 0; r < p.m; ++r) {
       Bf16* out = a + (j * p.m + r) * ld;
       const A* in = p.a + r * p.k + j * kb;
-      for (int64_t i = 0; i < kb; ++i) {
-        if constexpr (std::is_same_v<A, float>) {
-          out[i] = FloatToBf16(in[i]);
-        } else {
-          out[i] = in[i];
-        }
-      }
-      if (kb_pad > kb) out[kb] = Bf16{0};
+      for (int64_t i = 0; i < kb; ++i) out[i] = PanelActivation(in[i]);
+      std::fill(out + kb, out + kb_pad, Bf16{0});
     }
   }
   const KBlocks blocks{p.k_blocks, p.m * ld * int64_t{sizeof(Bf16)}, 0,
                        p.m * p.n};
-  const cpu_internal::PanelsKernel kernel =
-      kern.bf16_panels != nullptr ? kern.bf16_panels
-                                  : cpu_internal::kGemmScalar.bf16_panels;
-  ForColumnChunks(p, threads, kBf16PanelColumns, 1.0f, false,
+  cpu_internal::PanelsKernel<B> kernel;
+  if constexpr (sizeof(B) == 1) {
+    kernel = kern.e4m3_panels != nullptr
+                 ? kern.e4m3_panels
+                 : cpu_internal::kGemmScalar.e4m3_panels;
+  } else {
+    kernel = kern.bf16_panels != nullptr
+                 ? kern.bf16_panels
+                 : cpu_internal::kGemmScalar.bf16_panels;
+  }
+  ForColumnChunks(p, threads, kPanelColumns, 1.0f, false,
                   [&](int64_t col0, int64_t col1, float* sums) {
                     kernel(a, ld, p.m, p.b, p.n, kb_pad, col0, col1, sums, p.n,
                            blocks);
@@ -427,7 +451,7 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
       std::is_same_v<A, float> && !p.round_a && *isa == CpuIsa::kAvx512
           ? CpuIsa::kAvx2
           : *isa;
-  if constexpr (std::is_same_v<B, Bf16>) {
+  if constexpr (!std::is_same_v<B, float>) {
     if (p.b_panels) {
       RunPanels(GemmKernelsFor(*isa), p, threads);
       return absl::OkStatus();
@@ -516,6 +540,46 @@ absl::Status GemmRoundedBf16PanelBlockSums(const float* a, const Bf16* panels,
   p.round_a = true;
   p.b_panels = true;
   return Run(p, options, "GemmRoundedBf16PanelBlockSums");
+}
+
+absl::Status GemmE4m3PanelRowScales(const uint8_t* qa, const float* row_scale_a,
+                                    const uint8_t* panels, float scale_b,
+                                    int64_t m, int64_t n, int64_t k, void* y,
+                                    DType y_dtype,
+                                    const CpuKernelOptions& options) {
+  if (m > 0 && row_scale_a == nullptr) {
+    return absl::InvalidArgumentError(
+        "GemmE4m3PanelRowScales: null row scales");
+  }
+  Problem<uint8_t, uint8_t> p{qa,          panels,  m, n,      k,
+                              row_scale_a, scale_b, y, y_dtype};
+  p.b_panels = true;
+  return Run(p, options, "GemmE4m3PanelRowScales");
+}
+
+absl::Status GemmE4m3PanelChannelScales(
+    const uint8_t* qa, const float* row_scale_a, const uint8_t* panels,
+    const float* col_scale_b, int64_t m, int64_t n, int64_t k, void* y,
+    DType y_dtype, const CpuKernelOptions& options) {
+  if ((m > 0 && row_scale_a == nullptr) || (n > 0 && col_scale_b == nullptr)) {
+    return absl::InvalidArgumentError(
+        "GemmE4m3PanelChannelScales: null scales");
+  }
+  Problem<uint8_t, uint8_t> p{qa,          panels, m, n,      k,
+                              row_scale_a, 1.0f,   y, y_dtype};
+  p.scale_b_cols = col_scale_b;
+  p.b_panels = true;
+  return Run(p, options, "GemmE4m3PanelChannelScales");
+}
+
+absl::Status GemmE4m3PanelBlockSums(const uint8_t* qa, const uint8_t* panels,
+                                    int64_t m, int64_t n, int64_t k,
+                                    int64_t k_blocks, float* sums,
+                                    const CpuKernelOptions& options) {
+  Problem<uint8_t, uint8_t> p{qa,      panels, m,    n,           k,
+                              nullptr, 1.0f,   sums, DType::kF32, k_blocks};
+  p.b_panels = true;
+  return Run(p, options, "GemmE4m3PanelBlockSums");
 }
 
 absl::Status GemmF32BlockSums(const float* a, const void* b, DType b_dtype,

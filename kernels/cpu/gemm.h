@@ -77,7 +77,7 @@ absl::Status GemmRoundedBf16BlockSums(const float* a, const Bf16* b, int64_t m,
 
 // The outer-product GEMMs (docs/decisions/2026-12-06-cpu-gemm-outer-
 // product.md) over bfloat16 weights packed by PackBf16Panels
-// (kernels/cpu/bf16_panels.h), for the same k_blocks. Each output is the
+// (kernels/cpu/panels.h), for the same k_blocks. Each output is the
 // binary32 sum of its K pairs in order from zero, per K block, whatever M,
 // the thread count or the row's place in the batch; not the bits of
 // GemmBf16, whose dot products add along K in lanes.
@@ -90,6 +90,24 @@ absl::Status GemmBf16Panels(const Bf16* a, const Bf16* panels, int64_t m,
 absl::Status GemmRoundedBf16PanelBlockSums(
     const float* a, const Bf16* panels, int64_t m, int64_t n, int64_t k,
     int64_t k_blocks, float* y, const CpuKernelOptions& options = {});
+
+// The e4m3 GEMMs over codes packed by PackE4m3Panels (panels.h) for the
+// same k_blocks: GemmE4m3RowScales, GemmE4m3ChannelScales and
+// GemmE4m3BlockSums with the panels' arithmetic, which is that of the
+// bfloat16 panels over the decoded values (the same bits).
+absl::Status GemmE4m3PanelRowScales(const uint8_t* qa, const float* row_scale_a,
+                                    const uint8_t* panels, float scale_b,
+                                    int64_t m, int64_t n, int64_t k, void* y,
+                                    DType y_dtype,
+                                    const CpuKernelOptions& options = {});
+absl::Status GemmE4m3PanelChannelScales(
+    const uint8_t* qa, const float* row_scale_a, const uint8_t* panels,
+    const float* col_scale_b, int64_t m, int64_t n, int64_t k, void* y,
+    DType y_dtype, const CpuKernelOptions& options = {});
+absl::Status GemmE4m3PanelBlockSums(const uint8_t* qa, const uint8_t* panels,
+                                    int64_t m, int64_t n, int64_t k,
+                                    int64_t k_blocks, float* sums,
+                                    const CpuKernelOptions& options = {});
 
 // Y = A · Bᵀ for binary32 activations A and binary32 or bfloat16 weights B
 // (`b_dtype`), Y in binary32: the unquantized linear layers of the CPU

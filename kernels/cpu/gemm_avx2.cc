@@ -197,7 +197,8 @@ const GemmKernels kGemmAvx2 = {
     .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
-    .bf16_panels = nullptr,  // the scalar twin
+    .bf16_panels = nullptr,  // the scalar twins
+    .e4m3_panels = nullptr,
 };
 
 }  // namespace octet::cpu_internal

@@ -14,12 +14,11 @@
 // are prepared with the same decoder (same order), and zero codes pad K.
 #include <immintrin.h>
 
-#include <bit>
 #include <cstdlib>
 
+#include "kernels/cpu/e4m3_simd.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/rows_tiling.h"
-#include "kernels/fp8.h"
 
 namespace octet::cpu_internal {
 namespace {
@@ -52,44 +51,6 @@ constexpr int kE4m3TallRowsPerTile = 2;
 constexpr int kE4m3TallMaxMPerTile = 8;
 // The largest next tile (NB weight rows) prefetched into L1 (48 KiB here).
 constexpr int64_t kL1PrefetchTileBytes = int64_t{16} << 10;
-
-// The bfloat16 of each e4m3 magnitude (sign bit clear), split into the high
-// and low byte tables the decoder looks up; exact, as e4m3 has 3 mantissa
-// bits. Magnitude 0x7F (NaN) maps to a bfloat16 NaN.
-template <int kShift>
-struct alignas(64) ByteTable {
-  uint8_t bytes[128];
-  constexpr ByteTable() : bytes() {
-    for (int c = 0; c < 128; ++c) {
-      bytes[c] = static_cast<uint8_t>(
-          std::bit_cast<uint32_t>(kE4m3DecodeTable[c]) >> (16 + kShift));
-    }
-  }
-};
-constexpr ByteTable<8> kHighBytes;
-constexpr ByteTable<0> kLowBytes;
-
-struct E4m3Decoder {
-  __m512i hi0, hi1, lo0, lo1, sign;
-
-  E4m3Decoder()
-      : hi0(_mm512_load_si512(kHighBytes.bytes)),
-        hi1(_mm512_load_si512(kHighBytes.bytes + 64)),
-        lo0(_mm512_load_si512(kLowBytes.bytes)),
-        lo1(_mm512_load_si512(kLowBytes.bytes + 64)),
-        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
-
-  // 64 codes -> 64 bfloat16 in two vectors, in the decoder's K order.
-  void Decode(__m512i codes, __m512i& w0, __m512i& w1) const {
-    // vpermi2b reads index bits 0..6 only, so the sign bit is ignored here
-    // and OR-ed back in by the ternary-logic op (0xF8: hi | (codes & 0x80)).
-    __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
-    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
-    hi = _mm512_ternarylogic_epi32(hi, codes, sign, 0xF8);
-    w0 = _mm512_unpacklo_epi8(lo, hi);
-    w1 = _mm512_unpackhi_epi8(lo, hi);
-  }
-};
 
 // The lanes of a masked load with `left` elements still to read: all, the
 // first `left`, or none. `left` is negative past the end of a row when a
@@ -567,6 +528,7 @@ const GemmKernels kGemmAvx512 = {
     .e4m3_rows_converting = E4m3RowsConverting,
     .converting_max_m = kE4m3TallMaxMPerTile,
     .bf16_panels = kBf16PanelsAvx512,
+    .e4m3_panels = kE4m3PanelsAvx512,
 };
 
 }  // namespace octet::cpu_internal

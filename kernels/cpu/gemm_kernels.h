@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "base/bf16.h"
-#include "kernels/cpu/bf16_panels.h"
+#include "kernels/cpu/panels.h"
 
 namespace octet::cpu_internal {
 
@@ -53,18 +53,19 @@ using RowsKernel = void (*)(const void* a, int64_t lda, int64_t m, const W* b,
                             int64_t n_end, float* c, int64_t ldc,
                             const KBlocks& blocks);
 
-// A panels kernel: the outer-product GEMM over bfloat16 weights packed
-// into panels (bf16_panels.h) for a weight of n columns in blocks.count K
-// blocks of kb_pad packed elements each (the block length rounded up to
-// even). For every block j, c + j * blocks.c_floats gets c[row * ldc + col]
-// = the binary32 sum, from zero and in K order one pair at a time, of the
-// products of row `row` of the block's activations and column col's
-// weights, for rows [0, m) and columns [n_begin, n_end) (n_begin a
-// multiple of kBf16PanelColumns). The activations are bfloat16, block j's
-// [m][lda] at a + j * blocks.a_bytes bytes, each row's block padded to
-// kb_pad with zero.
+// A panels kernel: the outer-product GEMM over weights packed into panels
+// (panels.h; W: Bf16 or e4m3 bytes) for a weight of n columns in
+// blocks.count K blocks of kb_pad packed values each (the block length
+// rounded up to the format's K step). For every block j, c + j *
+// blocks.c_floats gets c[row * ldc + col] = the binary32 sum, from zero and
+// in K order one pair at a time, of the products of row `row` of the
+// block's activations and column col's weights, for rows [0, m) and columns
+// [n_begin, n_end) (n_begin a multiple of kPanelColumns). The activations
+// are bfloat16 (e4m3 ones decoded exactly), block j's [m][lda] at a + j *
+// blocks.a_bytes bytes, each row's block padded to kb_pad with zeros.
+template <typename W>
 using PanelsKernel = void (*)(const Bf16* a, int64_t lda, int64_t m,
-                              const Bf16* panels, int64_t n, int64_t kb_pad,
+                              const W* panels, int64_t n, int64_t kb_pad,
                               int64_t n_begin, int64_t n_end, float* c,
                               int64_t ldc, const KBlocks& blocks);
 
@@ -132,17 +133,20 @@ struct GemmKernels {
                                int64_t converted_block_bytes);
   int converting_max_m;
 
-  // The outer-product GEMM over bfloat16 panels; null: the level runs the
-  // scalar level's (the panels are laid out for AVX-512's vectors).
-  PanelsKernel bf16_panels;
+  // The outer-product GEMMs over bfloat16 and e4m3 panels; null: the level
+  // runs the scalar level's (the panels are laid out for AVX-512's
+  // vectors). Both give the same bits for the same values.
+  PanelsKernel<Bf16> bf16_panels;
+  PanelsKernel<uint8_t> e4m3_panels;
 };
 
 extern const GemmKernels kGemmScalar;
 #if defined(OCTET_X86)
 extern const GemmKernels kGemmAvx2;
 extern const GemmKernels kGemmAvx512;
-// kGemmAvx512.bf16_panels (gemm_panels_avx512.cc).
-extern const PanelsKernel kBf16PanelsAvx512;
+// kGemmAvx512's panels kernels (gemm_panels_avx512.cc).
+extern const PanelsKernel<Bf16> kBf16PanelsAvx512;
+extern const PanelsKernel<uint8_t> kE4m3PanelsAvx512;
 #endif
 
 }  // namespace octet::cpu_internal

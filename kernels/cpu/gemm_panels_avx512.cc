@@ -1,41 +1,93 @@
-// The AVX-512 outer-product GEMM over bfloat16 panels (bf16_panels.h;
+// The AVX-512 outer-product GEMMs over bfloat16 and e4m3 panels (panels.h;
 // docs/decisions/2026-12-06-cpu-gemm-outer-product.md), compiled with the
-// AVX-512 level's flags (BF16 for vdpbf16ps).
+// AVX-512 level's flags (BF16 for vdpbf16ps, VBMI for the e4m3 decoder).
 //
 // A tile is NV vectors of a panel (16 output columns each) by MB activation
-// rows. Per K pair it loads the NV panel vectors (two K values of 16
-// columns in each), broadcasts each row's pair (4 bytes) and takes NV x MB
+// rows. Per K pair it has the NV panel vectors (two K values of 16 columns
+// in each), broadcasts each row's pair (4 bytes) and takes NV x MB
 // vdpbf16ps: the accumulators are the outputs themselves, never reduced
-// across lanes. 4 x 6 holds 24 accumulators, 4 weight vectors and one
-// broadcast in the 32 registers, and loads 10 vectors per 24 products where
-// the rows kernels also reduce every accumulator at the end.
+// across lanes. The bfloat16 tile, 4 x 6, holds 24 accumulators, 4 weight
+// vectors and one broadcast in the 32 registers, and loads 10 vectors per
+// 24 products, where the rows kernels also reduce every accumulator at the
+// end.
+//
+// An e4m3 tile decodes each 64-code vector in registers into two K pairs
+// of its 16 columns (E4m3Decoder, e4m3_simd.h) and takes them as the
+// bfloat16 tile takes its loads: the same products in the same order as
+// the bfloat16 tile over the decoded panel, the same bits. Its shape
+// follows M (kE4m3WideMaxM).
 //
 // Each output adds its K pairs in order from zero, one vdpbf16ps per pair,
-// whatever the tile, the row's place in the batch, the K chunk or the
-// thread: a row's bits do not depend on M, and a K block's sums are the
-// accumulators stored at its end.
+// whatever the tile, the path, the row's place in the batch, the K chunk
+// or the thread: a row's bits do not depend on M, and a K block's sums are
+// the accumulators stored at its end.
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "kernels/cpu/e4m3_simd.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/rows_tiling.h"
 
 namespace octet::cpu_internal {
 namespace {
 
-constexpr int kPanelVectors = 4;  // 16 * 4 = kBf16PanelColumns
+constexpr int kPanelVectors = 4;  // 16 * 4 = kPanelColumns
 constexpr int kRowsPerTile = 6;
 // K pairs per chunk: every row group runs over one chunk of a panel before
-// the next, so that it is read from L2 (64 columns x 512 K values: 64 KiB)
-// rather than from memory once per row group when the panel is larger
-// than L2 (K = 14336: 1.8 MiB). The sums go on from the last chunk's.
+// the next, so that it is read from L2 (64 columns x 512 K values: 64 KiB
+// of bfloat16) rather than from memory once per row group when the panel
+// is larger than L2 (K = 14336: 1.8 MiB). The sums go on from the last
+// chunk's.
 constexpr int64_t kChunkPairs = 256;
+// The e4m3 tiles, each 16 accumulators beside the decoder's 5 registers:
+// up to kE4m3WideMaxM rows, whole panels (4 vectors) by 4 rows, reading
+// the panel front to back; above, 2 vectors by 8 rows, each decoded vector
+// serving twice the rows. (bench_gemm --panels on a Zen 4 VM, 2026-12-06,
+// fp8qp over bf16p at K = 4096 and 14336: 4 x 4 1.09-1.43x at M = 5 where
+// 2 x 8 ran 1.04-1.16x; 2 x 8 0.89-0.97x at M = 24..48 and 0.90-0.95x at
+// M = 64..512, where decoding each chunk once into L2 for every row group
+// ran 0.78-0.92x and 0.88-0.96x.)
+constexpr int kE4m3WideMaxM = 8;
+constexpr int kE4m3WideTileRows = 4;
+constexpr int kE4m3TileVectors = 2;
+constexpr int kE4m3TileRows = 8;
 
-// c[m][16 NV] (ldc apart) += rows a[m] (bfloat16 pairs, lda elements
-// apart) times pairs [p0, p1) of a panel of NV vectors, for MB rows; the
-// sums start from zero (first) or from c. The last vector's lanes past
-// `last` are neither read nor written (columns past N).
+// A tile's accumulators at the start of a K chunk: zero (first) or the
+// sums in c; the last vector's lanes past `last` are not read (columns
+// past N). And at its end, stored to c but for those lanes.
+template <int NV, int MB>
+inline void LoadSums(__m512 (&acc)[MB][NV], const float* c, int64_t ldc,
+                     __mmask16 last, bool first) {
+  OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+    OCTET_UNROLL for (int v = 0; v < NV; ++v) {
+      const __mmask16 lanes = v == NV - 1 ? last : __mmask16(0xFFFF);
+      acc[m][v] = first ? _mm512_setzero_ps()
+                        : _mm512_maskz_loadu_ps(lanes, c + m * ldc + 16 * v);
+    }
+  }
+}
+template <int NV, int MB>
+inline void StoreSums(__m512 (&acc)[MB][NV], float* c, int64_t ldc,
+                      __mmask16 last) {
+  OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+    OCTET_UNROLL for (int v = 0; v < NV; ++v) {
+      const __mmask16 lanes = v == NV - 1 ? last : __mmask16(0xFFFF);
+      _mm512_mask_storeu_ps(c + m * ldc + 16 * v, lanes, acc[m][v]);
+    }
+  }
+}
+
+// The bfloat16 pair at a (4 bytes), in every lane.
+inline __m512bh BroadcastPair(const Bf16* a) {
+  int32_t bits;
+  std::memcpy(&bits, a, sizeof(bits));
+  return (__m512bh)_mm512_set1_epi32(bits);
+}
+
+// c[m][16 NV] (ldc apart) = its sums so far (or zero: first) + rows a[m]
+// (bfloat16, lda elements apart) times pairs [p0, p1) of a bfloat16 panel
+// of NV vectors, for MB rows.
 template <int NV, int MB>
 struct PanelTile {
   [[gnu::noinline]] static void Run(const Bf16* a, int64_t lda,
@@ -43,55 +95,119 @@ struct PanelTile {
                                     float* c, int64_t ldc, __mmask16 last,
                                     bool first) {
     __m512 acc[MB][NV];
-    OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-      OCTET_UNROLL for (int v = 0; v < NV; ++v) {
-        const __mmask16 lanes = v == NV - 1 ? last : __mmask16(0xFFFF);
-        acc[m][v] = first ? _mm512_setzero_ps()
-                          : _mm512_maskz_loadu_ps(lanes, c + m * ldc + 16 * v);
-      }
-    }
+    LoadSums<NV, MB>(acc, c, ldc, last, first);
     for (int64_t pair = p0; pair < p1; ++pair) {
       __m512i w[NV];
       OCTET_UNROLL for (int v = 0; v < NV; ++v) {
         w[v] = _mm512_loadu_si512(panel + (pair * NV + v) * 32);
       }
       OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-        int32_t bits;
-        std::memcpy(&bits, a + m * lda + 2 * pair, sizeof(bits));
-        const __m512bh x = (__m512bh)_mm512_set1_epi32(bits);
+        const __m512bh x = BroadcastPair(a + m * lda + 2 * pair);
         OCTET_UNROLL for (int v = 0; v < NV; ++v) {
           acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x, (__m512bh)w[v]);
         }
       }
     }
-    OCTET_UNROLL for (int m = 0; m < MB; ++m) {
-      OCTET_UNROLL for (int v = 0; v < NV; ++v) {
-        const __mmask16 lanes = v == NV - 1 ? last : __mmask16(0xFFFF);
-        _mm512_mask_storeu_ps(c + m * ldc + 16 * v, lanes, acc[m][v]);
-      }
-    }
+    StoreSums<NV, MB>(acc, c, ldc, last);
   }
 };
 
-// PanelTile<NV, rows> for the last rows (< MB) of a panel.
+// NV vectors of an e4m3 panel, from `codes` on, whose K steps are
+// `stride` vectors apart (the panel's width / 16).
+struct E4m3Vectors {
+  const uint8_t* codes;
+  int64_t stride;
+};
+
+// As PanelTile over steps [s0, s1) (4 K values each) of NV vectors of an
+// e4m3 panel, each vector decoded in registers into its two pairs: the
+// same products in the same order as PanelTile over the decoded panel.
 template <int NV, int MB>
-void RowTile(int64_t rows, const Bf16* a, int64_t lda, const Bf16* panel,
-             int64_t p0, int64_t p1, float* c, int64_t ldc, __mmask16 last,
-             bool first) {
+struct E4m3PanelTile {
+  [[gnu::noinline]] static void Run(const Bf16* a, int64_t lda,
+                                    E4m3Vectors panel, int64_t s0, int64_t s1,
+                                    float* c, int64_t ldc, __mmask16 last,
+                                    bool first) {
+    const E4m3Decoder dec;
+    __m512 acc[MB][NV];
+    LoadSums<NV, MB>(acc, c, ldc, last, first);
+    for (int64_t s = s0; s < s1; ++s) {
+      __m512i w0[NV], w1[NV];
+      OCTET_UNROLL for (int v = 0; v < NV; ++v) {
+        dec.Decode(
+            _mm512_loadu_si512(panel.codes + (s * panel.stride + v) * 64),
+            w0[v], w1[v]);
+      }
+      OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+        const __m512bh x0 = BroadcastPair(a + m * lda + 4 * s);
+        const __m512bh x1 = BroadcastPair(a + m * lda + 4 * s + 2);
+        OCTET_UNROLL for (int v = 0; v < NV; ++v) {
+          acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x0, (__m512bh)w0[v]);
+          acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x1, (__m512bh)w1[v]);
+        }
+      }
+    }
+    StoreSums<NV, MB>(acc, c, ldc, last);
+  }
+};
+
+// Tile<NV, rows> for the last rows (< MB) of a panel.
+template <template <int, int> class Tile, int NV, int MB, typename W>
+void RowTile(int64_t rows, const Bf16* a, int64_t lda, W panel, int64_t k0,
+             int64_t k1, float* c, int64_t ldc, __mmask16 last, bool first) {
   if constexpr (MB > 1) {
     if (rows < MB) {
-      RowTile<NV, MB - 1>(rows, a, lda, panel, p0, p1, c, ldc, last, first);
+      RowTile<Tile, NV, MB - 1>(rows, a, lda, panel, k0, k1, c, ldc, last,
+                                first);
       return;
     }
   }
-  PanelTile<NV, MB>::Run(a, lda, panel, p0, p1, c, ldc, last, first);
+  Tile<NV, MB>::Run(a, lda, panel, k0, k1, c, ldc, last, first);
+}
+
+// Every row group of MB rows of a tile over K steps [k0, k1) of a panel.
+template <template <int, int> class Tile, int NV, int MB, typename W>
+void RowGroups(const Bf16* a, int64_t lda, int64_t m, W panel, int64_t k0,
+               int64_t k1, float* c, int64_t ldc, __mmask16 last, bool first) {
+  for (int64_t row = 0; row < m; row += MB) {
+    const int64_t rows = m - row < MB ? m - row : MB;
+    RowTile<Tile, NV, MB>(rows, a + row * lda, lda, panel, k0, k1,
+                          c + row * ldc, ldc, last, first);
+  }
+}
+
+// Every row over steps [s0, s1) of an e4m3 panel of NV vectors: up to
+// kE4m3WideMaxM rows the whole panel's vectors kE4m3WideTileRows rows at a
+// time; above, kE4m3TileVectors vectors (the last ones fewer) by
+// kE4m3TileRows rows.
+template <int NV>
+void E4m3Rows(const Bf16* a, int64_t lda, int64_t m, const uint8_t* panel,
+              int64_t s0, int64_t s1, float* c, int64_t ldc, __mmask16 last,
+              bool first) {
+  if (m <= kE4m3WideMaxM) {
+    RowGroups<E4m3PanelTile, NV, kE4m3WideTileRows>(
+        a, lda, m, E4m3Vectors{panel, NV}, s0, s1, c, ldc, last, first);
+    return;
+  }
+  constexpr int kTv = kE4m3TileVectors < NV ? kE4m3TileVectors : NV;
+  int v0 = 0;
+  for (; v0 + kTv < NV; v0 += kTv) {  // not the last vector: all lanes
+    RowGroups<E4m3PanelTile, kTv, kE4m3TileRows>(
+        a, lda, m, E4m3Vectors{panel + v0 * 64, NV}, s0, s1, c + 16 * v0, ldc,
+        __mmask16(0xFFFF), first);
+  }
+  constexpr int kRest = NV % kTv == 0 ? kTv : NV % kTv;
+  RowGroups<E4m3PanelTile, kRest, kE4m3TileRows>(
+      a, lda, m, E4m3Vectors{panel + v0 * 64, NV}, s0, s1, c + 16 * v0, ldc,
+      last, first);
 }
 
 // Every row of one K block of one panel of `vectors` (<= NV) vectors,
-// chunk by chunk of K pairs.
-template <int NV>
+// chunk by chunk of K: `pairs` pairs of bfloat16, or pairs / 2 steps of
+// e4m3.
+template <int NV, typename W>
 void PanelRows(int vectors, const Bf16* a, int64_t lda, int64_t m,
-               const Bf16* panel, int64_t pairs, float* c, int64_t ldc,
+               const W* panel, int64_t pairs, float* c, int64_t ldc,
                __mmask16 last) {
   if constexpr (NV > 1) {
     if (vectors < NV) {
@@ -101,23 +217,25 @@ void PanelRows(int vectors, const Bf16* a, int64_t lda, int64_t m,
   }
   for (int64_t p0 = 0; p0 < pairs; p0 += kChunkPairs) {
     const int64_t p1 = p0 + kChunkPairs < pairs ? p0 + kChunkPairs : pairs;
-    for (int64_t row = 0; row < m; row += kRowsPerTile) {
-      const int64_t rows = m - row < kRowsPerTile ? m - row : kRowsPerTile;
-      RowTile<NV, kRowsPerTile>(rows, a + row * lda, lda, panel, p0, p1,
-                                c + row * ldc, ldc, last, p0 == 0);
+    if constexpr (sizeof(W) == 2) {
+      RowGroups<PanelTile, NV, kRowsPerTile>(a, lda, m, panel, p0, p1, c, ldc,
+                                             last, p0 == 0);
+    } else {
+      E4m3Rows<NV>(a, lda, m, panel, p0 / 2, p1 / 2, c, ldc, last, p0 == 0);
     }
   }
 }
 
-void Bf16Panels(const Bf16* a, int64_t lda, int64_t m, const Bf16* panels,
-                int64_t n, int64_t kb_pad, int64_t n_begin, int64_t n_end,
-                float* c, int64_t ldc, const KBlocks& blocks) {
+// The panels kernel (gemm_kernels.h) over bfloat16 or e4m3 panels.
+template <typename W>
+void Panels(const Bf16* a, int64_t lda, int64_t m, const W* panels, int64_t n,
+            int64_t kb_pad, int64_t n_begin, int64_t n_end, float* c,
+            int64_t ldc, const KBlocks& blocks) {
   const int64_t n_pad = (n + 15) / 16 * 16;
   const int64_t panel_k = blocks.count * kb_pad;  // packed K of a column
-  for (int64_t c0 = n_begin; c0 < n_end; c0 += kBf16PanelColumns) {
+  for (int64_t c0 = n_begin; c0 < n_end; c0 += kPanelColumns) {
     const int64_t width =
-        n_pad - c0 < kBf16PanelColumns ? n_pad - c0 : kBf16PanelColumns;
-    const int vectors = static_cast<int>(width / 16);
+        n_pad - c0 < kPanelColumns ? n_pad - c0 : kPanelColumns;
     // The columns of the panel's last vector that are not padding: 1 .. 16.
     const int64_t last_columns = n - (c0 + width - 16);
     const __mmask16 last =
@@ -126,9 +244,10 @@ void Bf16Panels(const Bf16* a, int64_t lda, int64_t m, const Bf16* panels,
     for (int64_t j = 0; j < blocks.count; ++j) {
       const Bf16* block_a = reinterpret_cast<const Bf16*>(
           reinterpret_cast<const char*>(a) + j * blocks.a_bytes);
-      PanelRows<kPanelVectors>(
-          vectors, block_a, lda, m, panels + c0 * panel_k + j * kb_pad * width,
-          kb_pad / 2, c + j * blocks.c_floats + c0, ldc, last);
+      PanelRows<kPanelVectors>(static_cast<int>(width / 16), block_a, lda, m,
+                               panels + c0 * panel_k + j * kb_pad * width,
+                               kb_pad / 2, c + j * blocks.c_floats + c0, ldc,
+                               last);
     }
   }
 }
@@ -137,7 +256,8 @@ void Bf16Panels(const Bf16* a, int64_t lda, int64_t m, const Bf16* panels,
 
 // Data, not code, is what an instruction-set unit may make visible
 // (tests/build/check_isa_symbols.cmake); constant-initialized, so that
-// kGemmAvx512, initialized from it in another unit, never sees it unset.
-constinit const PanelsKernel kBf16PanelsAvx512 = Bf16Panels;
+// kGemmAvx512, initialized from them in another unit, never sees them unset.
+constinit const PanelsKernel<Bf16> kBf16PanelsAvx512 = Panels<Bf16>;
+constinit const PanelsKernel<uint8_t> kE4m3PanelsAvx512 = Panels<uint8_t>;
 
 }  // namespace octet::cpu_internal

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/panel_layout.h"
 #include "kernels/fp8.h"
 
 namespace octet::cpu_internal {
@@ -51,12 +52,14 @@ void PreparedRowsRef(const void* a, int64_t lda, int64_t m, const void* b,
           blocks);
 }
 
-// The panels kernel's scalar twin: each output's K pairs added in order
+// The panels kernels' scalar twins: each output's K pairs added in order
 // from zero (the pair's first product, then its second), as the AVX-512
-// kernel adds them one vdpbf16ps per pair. The reference for it is the
-// tests' binary64 bound, not its bits: vdpbf16ps rounds (and flushes
+// kernels add them one vdpbf16ps per pair. The reference for them is the
+// tests' binary64 bound, not their bits: vdpbf16ps rounds (and flushes
 // subnormals) its own way.
-void PanelsRef(const Bf16* a_ptr, int64_t lda, int64_t m, const Bf16* panels,
+
+template <typename Layout, typename T>
+void PanelsRef(const Bf16* a_ptr, int64_t lda, int64_t m, const T* panels,
                int64_t n, int64_t kb_pad, int64_t n0, int64_t n1, float* c_ptr,
                int64_t ldc, const KBlocks& blocks) {
   const int64_t n_pad = (n + 15) / 16 * 16;
@@ -66,21 +69,34 @@ void PanelsRef(const Bf16* a_ptr, int64_t lda, int64_t m, const Bf16* panels,
         reinterpret_cast<const char*>(a_ptr) + j * blocks.a_bytes);
     float* c = c_ptr + j * blocks.c_floats;
     for (int64_t col = n0; col < n1; ++col) {
-      const int64_t c0 = col / kBf16PanelColumns * kBf16PanelColumns;
-      const int64_t width = std::min(kBf16PanelColumns, n_pad - c0);
-      const Bf16* w =
-          panels + c0 * panel_k + j * kb_pad * width + (col - c0) * 2;
+      const int64_t c0 = col / kPanelColumns * kPanelColumns;
+      const int64_t width = std::min(kPanelColumns, n_pad - c0);
+      const T* w =
+          panels + c0 * panel_k + j * kb_pad * width + Layout::Column(col - c0);
       for (int64_t row = 0; row < m; ++row) {
+        const Bf16* x = a + row * lda;
         float acc = 0.0f;
-        for (int64_t pair = 0; pair < kb_pad / 2; ++pair) {
-          const Bf16* x = a + row * lda + 2 * pair;
-          acc += Value(x[0]) * Value(w[pair * width * 2]);
-          acc += Value(x[1]) * Value(w[pair * width * 2 + 1]);
+        for (int64_t t = 0; t < kb_pad; ++t) {
+          acc += Value(x[t]) * Value(w[Layout::Offset(t, width)]);
         }
         c[row * ldc + col] = acc;
       }
     }
   }
+}
+
+void Bf16PanelsRef(const Bf16* a, int64_t lda, int64_t m, const Bf16* panels,
+                   int64_t n, int64_t kb_pad, int64_t n0, int64_t n1, float* c,
+                   int64_t ldc, const KBlocks& blocks) {
+  PanelsRef<Bf16PanelLayout>(a, lda, m, panels, n, kb_pad, n0, n1, c, ldc,
+                             blocks);
+}
+
+void E4m3PanelsRef(const Bf16* a, int64_t lda, int64_t m, const uint8_t* panels,
+                   int64_t n, int64_t kb_pad, int64_t n0, int64_t n1, float* c,
+                   int64_t ldc, const KBlocks& blocks) {
+  PanelsRef<E4m3PanelLayout>(a, lda, m, panels, n, kb_pad, n0, n1, c, ldc,
+                             blocks);
 }
 
 }  // namespace
@@ -101,7 +117,8 @@ const GemmKernels kGemmScalar = {
     .adds_k_blocks = false,
     .e4m3_rows_converting = nullptr,
     .converting_max_m = 0,
-    .bf16_panels = PanelsRef,
+    .bf16_panels = Bf16PanelsRef,
+    .e4m3_panels = E4m3PanelsRef,
 };
 
 }  // namespace octet::cpu_internal

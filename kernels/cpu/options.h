@@ -13,11 +13,11 @@ struct CpuKernelOptions {
   // Threads to use; 0 means OpenMP's default (one per core, or
   // OMP_NUM_THREADS).
   int num_threads = 0;
-  // The CPU backend packs bfloat16 linear weights into panels at load
-  // (Backend::LayOutWeight) where the level is AVX-512: the outer-product
-  // GEMM. false: it keeps rows and the dot-product kernels, for measuring
-  // the two side by side.
-  bool bf16_panels = true;
+  // The CPU backend packs bfloat16 and e4m3 linear weights into panels at
+  // load (Backend::LayOutWeight) where the level is AVX-512: the
+  // outer-product GEMMs. false: it keeps rows and the dot-product kernels,
+  // for measuring the two side by side.
+  bool panels = true;
 };
 
 namespace cpu_internal {

@@ -75,9 +75,9 @@ ABSL_FLAG(std::string, batch, "1",
           "sequences decoded together; a comma-separated list measures each "
           "size in turn with the models loaded once");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0 = one per core");
-ABSL_FLAG(bool, cpu_bf16_panels, true,
-          "CPU: pack bfloat16 weights into panels at load (the outer-product "
-          "GEMM); false: rows and the dot-product kernels");
+ABSL_FLAG(bool, cpu_panels, true,
+          "CPU: pack bfloat16 and e4m3 weights into panels at load (the "
+          "outer-product GEMMs); false: rows and the dot-product kernels");
 ABSL_FLAG(bool, quantize_lm_head, false,
           "also measure FP8 with an FP8 lm_head (fp8+head)");
 ABSL_FLAG(bool, profile, false,
@@ -261,10 +261,9 @@ int Main(int argc, char** argv) {
                  "[1, 4096]\n");
     return 2;
   }
-  const CpuKernelOptions cpu{
-      .isa = CpuIsa::kAuto,
-      .num_threads = threads,
-      .bf16_panels = absl::GetFlag(FLAGS_cpu_bf16_panels)};
+  const CpuKernelOptions cpu{.isa = CpuIsa::kAuto,
+                             .num_threads = threads,
+                             .panels = absl::GetFlag(FLAGS_cpu_panels)};
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       NewBackend(absl::GetFlag(FLAGS_device), cpu);
   if (!backend.ok()) return Fail(backend.status());

@@ -15,11 +15,12 @@
 //                 TreeSum order, unscaled binary32 (GemmE4m3BlockSums on the
 //                 CPU, CublasLtGemm::BlockSums on the GPU), and its time
 //                 over fp8_ms: what TP-invariant sums cost
-//   bf16p_ms      with --panels (CPU): the outer-product GEMM over the
-//                 same bfloat16 weights packed into panels (GemmBf16Panels,
-//                 kernels/cpu/bf16_panels.h; packed before the timing, as a
-//                 load would), and bf16_ms over it: the CPU GEMM's next
-//                 design side by side with today's
+//   bf16p_ms      with --panels (CPU): the outer-product GEMMs over the
+//   fp8qp_ms      same weights packed into panels (kernels/cpu/panels.h;
+//                 packed before the timing, as a load does): bfloat16
+//                 (GemmBf16Panels), and the quantization then e4m3
+//                 (GemmE4m3PanelRowScales); bf16_ms over bf16p_ms, and
+//                 bf16p_ms over fp8qp_ms: FP8 against BF16 both on panels
 //   fp8rg_ms      with --row_groups G: the e4m3 GEMM with per-sequence
 //                 activation scales, the M rows in min(G, M) sequences, as
 //                 QKV and gate_up run in a batched step: on the GPU each way
@@ -70,10 +71,10 @@
 #include "absl/strings/str_split.h"
 #include "base/bf16.h"
 #include "kernels/aligned.h"
-#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/options.h"
+#include "kernels/cpu/panels.h"
 #include "kernels/cpu/quantize.h"
 #include "tests/bench/membw.h"
 
@@ -138,7 +139,7 @@ struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
   double fp8_blocks_ms = 0;  // with --k_blocks
-  double bf16_panels_ms = 0;  // with --panels
+  double bf16_panels_ms = 0, fp8_quant_panels_ms = 0;  // with --panels
   // With --row_groups: each way's name, time and path.
   std::vector<std::string> rg_ways = {};
   std::vector<double> rg_ms = {};
@@ -440,12 +441,17 @@ class CpuBackend : public Backend {
     w_bf16_.assign(Copies(c_.rotate_bytes, 2 * nk), w.bf16);
     w_fp8_.assign(Copies(c_.rotate_bytes, nk), wq);
     w_panels_.clear();
+    w_fp8_panels_.clear();
     if (c_.panels) {
       AlignedVector<Bf16> packed(Bf16PanelElements(s.n, s.k, 1));
       absl::Status st =
           PackBf16Panels(w.bf16.data(), s.n, s.k, 1, packed.data());
       if (!st.ok()) return st;
       w_panels_.assign(Copies(c_.rotate_bytes, 2 * nk), packed);
+      AlignedVector<uint8_t> codes(E4m3PanelBytes(s.n, s.k, 1));
+      st = PackE4m3Panels(wq.data(), s.n, s.k, 1, codes.data());
+      if (!st.ok()) return st;
+      w_fp8_panels_.assign(Copies(c_.rotate_bytes, nk), codes);
     }
     return absl::OkStatus();
   }
@@ -507,10 +513,25 @@ class CpuBackend : public Backend {
                             w_panels_[next_panels++ % w_panels_.size()].data(),
                             m, n, k, y.data(), DType::kF32, options_);
     };
+    size_t next_fp8_panels = 0;
+    std::vector<float> same_scale(m);
+    auto fp8_quant_panels = [&](int) {
+      absl::StatusOr<E4m3Scale> s =
+          QuantizeE4m3Dynamic(x.data(), m * k, xq.data(), options_);
+      if (!s.ok()) return s.status();
+      std::fill(same_scale.begin(), same_scale.end(), s->scale);
+      return GemmE4m3PanelRowScales(
+          xq.data(), same_scale.data(),
+          w_fp8_panels_[next_fp8_panels++ % w_fp8_panels_.size()].data(),
+          w_scale_, m, n, k, y.data(), DType::kF32, options_);
+    };
     std::vector<std::function<absl::Status(int)>> calls = {bf16, fp8,
                                                            fp8_quant};
     if (c_.k_blocks > 0) calls.push_back(fp8_blocks);
-    if (c_.panels) calls.push_back(bf16_panels);
+    if (c_.panels) {
+      calls.push_back(bf16_panels);
+      calls.push_back(fp8_quant_panels);
+    }
     if (c_.row_groups > 0) calls.push_back(fp8_row_groups);
     absl::StatusOr<std::vector<double>> t = TimeCpuMs(calls, c_);
     if (!t.ok()) return t.status();
@@ -518,7 +539,10 @@ class CpuBackend : public Backend {
     row.fp8_ms = (*t)[1];
     row.fp8_quant_ms = (*t)[2];
     if (c_.k_blocks > 0) row.fp8_blocks_ms = (*t)[3];
-    if (c_.panels) row.bf16_panels_ms = (*t)[c_.k_blocks > 0 ? 4 : 3];
+    if (c_.panels) {
+      row.bf16_panels_ms = (*t)[c_.k_blocks > 0 ? 4 : 3];
+      row.fp8_quant_panels_ms = (*t)[c_.k_blocks > 0 ? 5 : 4];
+    }
     if (c_.row_groups > 0) {
       row.rg_ways = {"cpu"};
       row.rg_ms = {t->back()};
@@ -549,6 +573,7 @@ class CpuBackend : public Backend {
   std::vector<AlignedVector<Bf16>> w_bf16_;
   std::vector<AlignedVector<uint8_t>> w_fp8_;
   std::vector<AlignedVector<Bf16>> w_panels_;  // with --panels
+  std::vector<AlignedVector<uint8_t>> w_fp8_panels_;
 };
 
 #if defined(OCTET_HAVE_CUDA)
@@ -860,7 +885,7 @@ constexpr char kCsvHeader[] =
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
     "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
     "fp8_blocks_ms,blocks_path,row_groups,fp8rg_ms_by_way,fp8rg_best_ms,"
-    "fp8rg_best_way,bf16_panels_ms\n";
+    "fp8rg_best_way,bf16_panels_ms,fp8_quant_panels_ms\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -903,14 +928,14 @@ std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f,%.6f\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
       PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path,
-      RowGroupCsv(r, row_groups), r.bf16_panels_ms);
+      RowGroupCsv(r, row_groups), r.bf16_panels_ms, r.fp8_quant_panels_ms);
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -936,6 +961,17 @@ std::string RowGroupCells(const Row& r) {
                       absl::StrFormat(" %7.2fx", r.rg_ms[best] / r.fp8_ms));
 }
 
+// The table's --panels cells: bf16p's time, bf16 over it, its share of the
+// peak; fp8qp's time, bf16p over it, its share of the peak.
+std::string PanelCells(const Row& r, double peak) {
+  return absl::StrFormat(
+      " %s %7.2fx %s %s %7.2fx %s", TimeCell(r.bf16_panels_ms, "cpu"),
+      r.bf16_ms / r.bf16_panels_ms,
+      PctCell(PctOfPeak(Tflops(r, r.bf16_panels_ms), peak)),
+      TimeCell(r.fp8_quant_panels_ms, "cpu"),
+      r.bf16_panels_ms / r.fp8_quant_panels_ms,
+      PctCell(PctOfPeak(Tflops(r, r.fp8_quant_panels_ms), peak)));
+}
 void PrintRow(const Config& c, const std::string& backend, const Row& r,
               double bw_gbps, double peak, std::FILE* csv_out) {
   const double gbps = r.bytes / (r.fp8_quant_ms * 1e-3) / 1e9;
@@ -960,12 +996,7 @@ void PrintRow(const Config& c, const std::string& backend, const Row& r,
                               TimeCell(r.fp8_blocks_ms, r.blocks_path),
                               r.fp8_blocks_ms / r.fp8_ms)
             : std::string(),
-        c.panels ? absl::StrFormat(
-                       " %s %7.2fx %s", TimeCell(r.bf16_panels_ms, "cpu"),
-                       r.bf16_ms / r.bf16_panels_ms,
-                       PctCell(PctOfPeak(Tflops(r, r.bf16_panels_ms), peak)))
-                 : std::string(),
-        RowGroupCells(r));
+        c.panels ? PanelCells(r, peak) : std::string(), RowGroupCells(r));
   }
   std::fflush(stdout);
   if (csv_out != nullptr) {
@@ -1040,8 +1071,9 @@ int Main(int argc, char** argv) {
                   "blk/fp8 = its time over fp8_ms",
                   c.k_blocks)
             : std::string(),
-        c.panels ? ";\nbf16p = the BF16 GEMM over weights packed into panels "
-                   "(outer products); x_bf16p = bf16_ms over bf16p_ms"
+        c.panels ? ";\nbf16p, fp8qp = BF16 and fp8q over weights packed into "
+                   "panels (outer products); x_bf16p = bf16_ms / bf16p_ms; "
+                   "p:x_fp8q = bf16p_ms / fp8qp_ms"
                  : "",
         c.row_groups > 0
             ? absl::StrFormat(
@@ -1064,8 +1096,9 @@ int Main(int argc, char** argv) {
         "x_fp8q", "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q",
         c.k_blocks > 0 ? absl::StrFormat(" %10s  %8s", "fp8blk_ms", "blk/fp8")
                        : std::string(),
-        c.panels ? absl::StrFormat(" %10s  %8s %7s", "bf16p_ms", "x_bf16p",
-                                   "%pk_bf16p")
+        c.panels ? absl::StrFormat(" %10s  %8s %7s %10s  %8s %7s", "bf16p_ms",
+                                   "x_bf16p", "%pk_bf16p", "fp8qp_ms",
+                                   "p:x_fp8q", "%pk_fp8qp")
                  : std::string(),
         rg_header);
   }

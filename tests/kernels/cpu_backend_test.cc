@@ -12,9 +12,9 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/backend.h"
-#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/panels.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
 #include "tests/kernels/test_data.h"
@@ -165,6 +165,85 @@ TEST(CpuBackendLayout, Bf16WeightsBecomePanelsOnAvx512) {
         ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
                   std::bit_cast<uint32_t>(got[i]))
             << "Gemm at " << i;
+      }
+    }
+  }
+}
+
+// e4m3 weights too: on AVX-512 they become panels, and GemmE4m3 (one
+// scale, per-sequence scales, per-row weight scales) and GemmBlockSums are
+// the e4m3 panel GEMMs, bit for bit; every sequence's rows are what they
+// are alone.
+TEST(CpuBackendLayout, E4m3WeightsBecomePanelsOnAvx512) {
+  const int64_t out = 70, in = 96, rows = 7;
+  const std::vector<uint8_t> codes = testing::RandomCodes(out * in, 6);
+  const std::vector<uint8_t> q = testing::RandomCodes(rows * in, 7);
+  const std::vector<int32_t> seq = {0, 0, 0, 1, 2, 2, 2};
+  const std::vector<float> seq_scale = {0.5f, 0.75f, 1.25f};
+  std::vector<float> row_scale(rows), col_scale(out);
+  for (int64_t r = 0; r < rows; ++r) row_scale[r] = seq_scale[seq[r]];
+  for (int64_t c = 0; c < out; ++c) col_scale[c] = 0.01f * float(1 + c % 5);
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    const CpuKernelOptions options{.isa = isa, .num_threads = 2};
+    auto backend = NewCpuBackend(options);
+    for (bool per_row : {false, true}) {
+      LinearWeight w;
+      w.out = out;
+      w.in = in;
+      w.dtype = DType::kE4m3;
+      w.data = *backend->Allocate(out * in);
+      std::copy(codes.begin(), codes.end(), w.data.as<uint8_t>());
+      w.scale_per_row = per_row;
+      w.scale = *backend->Allocate((per_row ? out : 1) * sizeof(float));
+      std::copy_n(per_row ? col_scale.data() : col_scale.data() + 1,
+                  per_row ? out : 1, w.scale.as<float>());
+      ASSERT_TRUE(backend->LayOutWeight(w, 4).ok());
+      if (isa != CpuIsa::kAvx512) {
+        EXPECT_EQ(w.layout, LinearWeight::Layout::kRows) << CpuIsaName(isa);
+        continue;
+      }
+      ASSERT_EQ(w.layout, LinearWeight::Layout::kE4m3Panels);
+      std::vector<uint8_t> packed(E4m3PanelBytes(out, in, 4));
+      ASSERT_TRUE(PackE4m3Panels(codes.data(), out, in, 4, packed.data()).ok());
+      std::vector<float> want(rows * out), got(rows * out);
+      ASSERT_TRUE((per_row ? GemmE4m3PanelChannelScales(
+                                 q.data(), row_scale.data(), packed.data(),
+                                 col_scale.data(), rows, out, in, want.data(),
+                                 DType::kF32, options)
+                           : GemmE4m3PanelRowScales(q.data(), row_scale.data(),
+                                                    packed.data(), col_scale[1],
+                                                    rows, out, in, want.data(),
+                                                    DType::kF32, options))
+                      .ok());
+      ASSERT_TRUE(backend
+                      ->GemmE4m3(q.data(), seq_scale.data(),
+                                 RowGroups{3, seq.data()}, rows, w, got.data())
+                      .ok());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
+                  std::bit_cast<uint32_t>(got[i]))
+            << "per_row " << per_row << " at " << i;
+      }
+      // Sequence 2 (rows 4..6) alone, one group.
+      std::vector<float> alone(3 * out);
+      ASSERT_TRUE(backend
+                      ->GemmE4m3(q.data() + 4 * in, &seq_scale[2],
+                                 RowGroups{1, nullptr}, 3, w, alone.data())
+                      .ok());
+      for (int64_t i = 0; i < 3 * out; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[4 * out + i]),
+                  std::bit_cast<uint32_t>(alone[i]))
+            << "sequence 2 alone, per_row " << per_row << " at " << i;
+      }
+      ASSERT_TRUE(GemmE4m3PanelBlockSums(q.data(), packed.data(), rows, out, in,
+                                         4, want.data(), options)
+                      .ok());
+      ASSERT_TRUE(
+          backend->GemmBlockSums(q.data(), rows, w, 4, got.data()).ok());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[i]),
+                  std::bit_cast<uint32_t>(got[i]))
+            << "block sums at " << i;
       }
     }
   }

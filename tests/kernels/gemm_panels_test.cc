@@ -1,20 +1,23 @@
-// The outer-product GEMM over bfloat16 panels (kernels/cpu/bf16_panels.h,
-// GemmBf16Panels and GemmRoundedBf16PanelBlockSums in gemm.h) on every
-// instruction-set level: the packing holds every weight where the layout
-// says, the products are within the binary32 bound of a binary64
-// reference, and the sums keep the contracts octet relies on: a row's bits
-// do not depend on the batch, the thread count or the columns packed
-// beside it, and K blocks are each block alone added in TreeSum order, so
-// K cut across ranks gives one rank's bits.
+// The outer-product GEMMs over bfloat16 and e4m3 panels
+// (kernels/cpu/panels.h; GemmBf16Panels, GemmRoundedBf16PanelBlockSums and
+// GemmE4m3Panel* in gemm.h) on every instruction-set level: the packing holds
+// every weight where the layout says, the products are within the binary32
+// bound of a binary64 reference, and the sums keep the contracts octet relies
+// on: a row's bits do not depend on the batch, the thread count or the columns
+// packed beside it, and K blocks are each block alone added in TreeSum order,
+// so K cut across ranks gives one rank's bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/panels.h"
+#include "kernels/fp8.h"
 #include "kernels/tree_sum.h"
 #include "tests/kernels/test_data.h"
 
@@ -66,42 +69,66 @@ std::vector<float> Activations(int64_t count, uint32_t seed) {
   return a;
 }
 
-TEST(Bf16PanelsTest, PackingHoldsEveryWeightAndZeroPadding) {
+uint16_t Bits(Bf16 v) { return v.bits; }
+uint16_t Bits(uint8_t v) { return v; }
+
+// Both formats: every weight read back where the layout puts it, the
+// padding (columns past N, the end of each K block) zero, the size the
+// layout's, and unpacking gives W back.
+template <typename T, typename Make, typename PackFn, typename UnpackFn,
+          typename AtFn>
+void ExpectPackingHoldsEveryWeight(Make make, int64_t step,
+                                   int64_t (*size)(int64_t, int64_t, int64_t),
+                                   PackFn pack, UnpackFn unpack, AtFn at,
+                                   const char* what) {
   struct Case {
     int64_t k, k_blocks;
   };
   for (int64_t n : {1, 15, 16, 17, 64, 67, 130}) {
     for (const Case& c : {Case{1, 1}, Case{2, 1}, Case{7, 1}, Case{64, 1},
                           Case{15, 3}, Case{24, 4}, Case{40, 8}}) {
-      const auto w = RandomBf16(n * c.k, 1 + n + c.k);
+      const std::vector<T> w = make(n * c.k, 1 + n + c.k);
       const int64_t kb = c.k / c.k_blocks;
-      const int64_t elements = Bf16PanelElements(n, c.k, c.k_blocks);
-      ASSERT_EQ(elements, (n + 15) / 16 * 16 * c.k_blocks * (kb + kb % 2));
-      std::vector<Bf16> panels(elements, Bf16{0xFFFF});
-      ASSERT_TRUE(
-          PackBf16Panels(w.data(), n, c.k, c.k_blocks, panels.data()).ok());
+      const int64_t elements = size(n, c.k, c.k_blocks);
+      ASSERT_EQ(elements, (n + 15) / 16 * 16 * c.k_blocks *
+                              ((kb + step - 1) / step * step));
+      std::vector<T> panels(elements, T{0x7F});
+      ASSERT_TRUE(pack(w.data(), n, c.k, c.k_blocks, panels.data()).ok());
       int64_t nonzero_w = 0, nonzero_panels = 0;
       for (int64_t row = 0; row < n; ++row) {
         for (int64_t col = 0; col < c.k; ++col) {
-          const Bf16 want = w[row * c.k + col];
-          nonzero_w += want.bits != 0;
-          ASSERT_EQ(
-              Bf16PanelAt(panels.data(), n, c.k, c.k_blocks, row, col).bits,
-              want.bits)
-              << "N=" << n << " K=" << c.k << " in " << c.k_blocks
+          const T want = w[row * c.k + col];
+          nonzero_w += Bits(want) != 0;
+          ASSERT_EQ(Bits(at(panels.data(), n, c.k, c.k_blocks, row, col)),
+                    Bits(want))
+              << what << " N=" << n << " K=" << c.k << " in " << c.k_blocks
               << " blocks, W[" << row << "][" << col << "]";
         }
       }
-      for (Bf16 v : panels) nonzero_panels += v.bits != 0;
+      for (T v : panels) nonzero_panels += Bits(v) != 0;
+      std::vector<T> back(n * c.k, T{0x7F});
+      unpack(panels.data(), n, c.k, c.k_blocks, back.data());
+      for (int64_t i = 0; i < n * c.k; ++i) {
+        ASSERT_EQ(Bits(back[i]), Bits(w[i]))
+            << what << " unpacked N=" << n << " K=" << c.k << " at " << i;
+      }
       EXPECT_EQ(nonzero_panels, nonzero_w)
-          << "padding not zero: N=" << n << " K=" << c.k;
+          << what << " padding not zero: N=" << n << " K=" << c.k;
     }
   }
-  Bf16 w{0}, p{0};
-  EXPECT_EQ(PackBf16Panels(&w, 1, 10, 3, &p).code(),
+  T w{0}, p{0};
+  EXPECT_EQ(pack(&w, 1, 10, 3, &p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pack(nullptr, 1, 2, 1, &p).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PackBf16Panels(nullptr, 1, 2, 1, &p).code(),
-            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PanelsTest, PackingHoldsEveryWeightAndZeroPadding) {
+  ExpectPackingHoldsEveryWeight<Bf16>(RandomBf16, 2, Bf16PanelElements,
+                                      PackBf16Panels, UnpackBf16Panels,
+                                      Bf16PanelAt, "bf16");
+  ExpectPackingHoldsEveryWeight<uint8_t>(testing::RandomCodes, 4,
+                                         E4m3PanelBytes, PackE4m3Panels,
+                                         UnpackE4m3Panels, E4m3PanelAt, "e4m3");
 }
 
 class GemmPanelsTest : public ::testing::TestWithParam<CpuIsa> {
@@ -249,6 +276,157 @@ TEST_P(GemmPanelsTest, BlockSumsAreEachBlockAloneAndDoNotChangeAcrossRanks) {
     TreeSum(ranks.data(), 2, mn, mn);
     ExpectSameBits(whole, std::vector<float>(ranks.begin(), ranks.begin() + mn),
                    what + ", across two ranks");
+  }
+}
+
+std::vector<uint8_t> PackCodes(const std::vector<uint8_t>& w, int64_t n,
+                               int64_t k, int64_t k_blocks = 1) {
+  std::vector<uint8_t> panels(E4m3PanelBytes(n, k, k_blocks));
+  EXPECT_TRUE(PackE4m3Panels(w.data(), n, k, k_blocks, panels.data()).ok());
+  return panels;
+}
+
+// Rows of [rows][k] with zeros appended to k_pad.
+template <typename T>
+std::vector<T> PadK(const std::vector<T>& m, int64_t rows, int64_t k,
+                    int64_t k_pad) {
+  std::vector<T> out(rows * k_pad, T{0});
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(m.begin() + r * k, m.begin() + (r + 1) * k,
+              out.begin() + r * k_pad);
+  }
+  return out;
+}
+
+TEST_P(GemmPanelsTest, E4m3MatchesFp64ReferenceOnOddShapes) {
+  std::vector<Shape> shapes;
+  for (int64_t m : {1, 2, 3, 4, 7, 13, 33}) {
+    for (int64_t n : {1, 3, 16, 33, 67, 130}) {
+      for (int64_t k : {1, 2, 15, 33, 100, 257}) shapes.push_back({m, n, k});
+    }
+  }
+  shapes.push_back({1, 300, 4096});
+  shapes.push_back({20, 70, 1100});  // K in three chunks of the AVX-512 tile
+  for (const Shape& s : shapes) {
+    const auto qa = testing::RandomCodes(s.m * s.k, 1 + s.m * 7 + s.k);
+    const auto qb = testing::RandomCodes(s.n * s.k, 2 + s.n * 5 + s.k);
+    const auto panels = PackCodes(qb, s.n, s.k);
+    std::vector<float> row_scale(s.m), col_scale(s.n);
+    for (int64_t r = 0; r < s.m; ++r) row_scale[r] = 0.25f + 0.125f * (r % 5);
+    for (int64_t c = 0; c < s.n; ++c) col_scale[c] = 0.5f + 0.0625f * (c % 7);
+    auto a = [&](int64_t i) { return DecodeE4m3(qa[i]); };
+    auto b = [&](int64_t i) { return DecodeE4m3(qb[i]); };
+    std::vector<float> y(s.m * s.n, -1.0f);
+    ASSERT_TRUE(GemmE4m3PanelRowScales(qa.data(), row_scale.data(),
+                                       panels.data(), 1.0f, s.m, s.n, s.k,
+                                       y.data(), DType::kF32, Options())
+                    .ok());
+    // Row r's scale applied: compare the unscaled sums.
+    for (int64_t r = 0; r < s.m; ++r) {
+      for (int64_t c = 0; c < s.n; ++c) y[r * s.n + c] /= row_scale[r];
+    }
+    ExpectGemmClose(y, s, a, b, 1.0, false, 0.0, "e4m3 panels->f32");
+    std::vector<Bf16> yb(s.m * s.n);
+    std::vector<float> ones(s.m, 1.0f);
+    ASSERT_TRUE(GemmE4m3PanelChannelScales(
+                    qa.data(), ones.data(), panels.data(), col_scale.data(),
+                    s.m, s.n, s.k, yb.data(), DType::kBf16, Options())
+                    .ok());
+    std::vector<float> unscaled = Widen(yb);
+    for (int64_t r = 0; r < s.m; ++r) {
+      for (int64_t c = 0; c < s.n; ++c) unscaled[r * s.n + c] /= col_scale[c];
+    }
+    ExpectGemmClose(unscaled, s, a, b, 1.0, true, 0.0, "e4m3 panels->bf16");
+  }
+}
+
+// The e4m3 panels' GEMM is the bfloat16 panels' GEMM of the decoded codes,
+// bit for bit, at every M (the AVX-512 tiles take whole panels by 4 rows
+// up to 8 rows, half panels by 8 above), with K padded to the e4m3 step on
+// both sides; so, like it, a row's bits do not depend on the batch.
+TEST_P(GemmPanelsTest, E4m3IsTheBf16PanelGemmOfTheDecodedValues) {
+  for (const Shape& s : {Shape{33, 130, 600}, Shape{13, 67, 1101},
+                         Shape{7, 200, 4097}, Shape{40, 19, 46}}) {
+    const int64_t k4 = (s.k + 3) / 4 * 4;
+    const auto qa = testing::RandomCodes(s.m * s.k, 61 + s.k);
+    const auto qb = testing::RandomCodes(s.n * s.k, 62 + s.k);
+    const auto panels = PackCodes(qb, s.n, s.k);
+    std::vector<Bf16> a16(qa.size()), b16(qb.size());
+    for (size_t i = 0; i < qa.size(); ++i)
+      a16[i] = FloatToBf16(DecodeE4m3(qa[i]));
+    for (size_t i = 0; i < qb.size(); ++i)
+      b16[i] = FloatToBf16(DecodeE4m3(qb[i]));
+    const auto a_pad = PadK(a16, s.m, s.k, k4);
+    const auto bf16_panels = Pack(PadK(b16, s.n, s.k, k4), s.n, k4);
+    const std::vector<float> ones(s.m, 1.0f);
+    for (int64_t m = 1; m <= s.m; m += m < 5 ? 1 : 7) {
+      std::vector<float> want(m * s.n), got(m * s.n);
+      ASSERT_TRUE(GemmBf16Panels(a_pad.data(), bf16_panels.data(), m, s.n, k4,
+                                 want.data(), DType::kF32, Options())
+                      .ok());
+      ASSERT_TRUE(GemmE4m3PanelRowScales(qa.data(), ones.data(), panels.data(),
+                                         1.0f, m, s.n, s.k, got.data(),
+                                         DType::kF32, Options(2))
+                      .ok());
+      ExpectSameBits(want, got,
+                     "M=" + std::to_string(m) + " of " + std::to_string(s.m) +
+                         ", K=" + std::to_string(s.k));
+    }
+  }
+}
+
+// Block sums over e4m3 panels are each block's GEMM alone (packed alone),
+// added in TreeSum order, for blocks not a multiple of the K step and more
+// blocks than a tile, with both AVX-512 e4m3 tiles (M = 2 and 13).
+TEST_P(GemmPanelsTest, E4m3BlockSumsAreEachBlockAlone) {
+  struct Case {
+    Shape s;
+    int64_t blocks;
+  };
+  for (const Case& c : {Case{{2, 19, 32 * 3}, 32}, Case{{13, 67, 8 * 5}, 8},
+                        Case{{13, 130, 2 * 1100}, 2}}) {
+    const Shape& s = c.s;
+    const int64_t kb = s.k / c.blocks, mn = s.m * s.n;
+    const auto qa = testing::RandomCodes(s.m * s.k, 71 + s.k);
+    const auto qb = testing::RandomCodes(s.n * s.k, 72 + s.k);
+    std::vector<float> whole(mn), parts(c.blocks * mn);
+    ASSERT_TRUE(GemmE4m3PanelBlockSums(
+                    qa.data(), PackCodes(qb, s.n, s.k, c.blocks).data(), s.m,
+                    s.n, s.k, c.blocks, whole.data(), Options(2))
+                    .ok());
+    for (int64_t j = 0; j < c.blocks; ++j) {
+      const auto qa_j = Columns(qa, s.m, s.k, j * kb, (j + 1) * kb);
+      const auto qb_j = Columns(qb, s.n, s.k, j * kb, (j + 1) * kb);
+      ASSERT_TRUE(GemmE4m3PanelBlockSums(
+                      qa_j.data(), PackCodes(qb_j, s.n, kb).data(), s.m, s.n,
+                      kb, 1, parts.data() + j * mn, Options())
+                      .ok());
+    }
+    TreeSum(parts.data(), c.blocks, mn, mn);
+    ExpectSameBits(whole, std::vector<float>(parts.begin(), parts.begin() + mn),
+                   "M=" + std::to_string(s.m) + " in " +
+                       std::to_string(c.blocks) + " blocks");
+  }
+}
+
+TEST_P(GemmPanelsTest, E4m3NanCodesPropagate) {
+  for (const Shape& s : {Shape{1, 9, 40}, Shape{3, 5, 33}, Shape{20, 70, 70}}) {
+    auto qa = testing::RandomCodes(s.m * s.k, 21);
+    auto qb = testing::RandomCodes(s.n * s.k, 22);
+    qa[0 * s.k + s.k - 1] = 0x7F;    // row 0 of A, last element
+    qb[(s.n - 1) * s.k + 0] = 0xFF;  // last row of B (output column n-1)
+    const std::vector<float> ones(s.m, 1.0f);
+    std::vector<float> y(s.m * s.n);
+    ASSERT_TRUE(GemmE4m3PanelRowScales(
+                    qa.data(), ones.data(), PackCodes(qb, s.n, s.k).data(),
+                    1.0f, s.m, s.n, s.k, y.data(), DType::kF32, Options())
+                    .ok());
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        EXPECT_EQ(std::isnan(y[i * s.n + j]), i == 0 || j == s.n - 1)
+            << "M=" << s.m << " (" << i << "," << j << ")";
+      }
+    }
   }
 }
 

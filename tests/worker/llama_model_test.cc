@@ -398,20 +398,34 @@ TEST(LlamaModel, SlicedWeightsKnowTheWholeLayersShape) {
   }
 }
 
-// On an AVX-512 CPU backend every bfloat16 projection is packed into
-// panels at load (kernels/cpu/bf16_panels.h), o_proj and down_proj for
-// their K blocks, and an untied lm_head too; a tied one stays the
-// embedding table's rows, which the lookups read.
-TEST(LlamaModel, Bf16WeightsAreLaidOutAsPanelsOnAvx512) {
+// On an AVX-512 CPU backend every projection is packed into panels at load
+// (kernels/cpu/panels.h), bfloat16 or e4m3, o_proj and down_proj for their
+// K blocks, and an lm_head of its own too (untied, or FP8); a tied,
+// unquantized one stays the embedding table's rows, which the lookups read.
+TEST(LlamaModel, WeightsAreLaidOutAsPanelsOnAvx512) {
   if (!CpuIsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
   using Layout = LinearWeight::Layout;
-  for (const std::string preset : {"tiny-mistral", "tiny"}) {
-    auto ckpt = Checkpoint::Open(MakeCheckpoint(preset, DType::kBf16, 3));
+  struct Case {
+    std::string preset;
+    LinearMethod method;
+    bool fp8_head;
+  };
+  for (const Case& t : {Case{"tiny-mistral", LinearMethod::kNone, false},
+                        Case{"tiny", LinearMethod::kNone, false},
+                        Case{"tiny", LinearMethod::kFp8, false},
+                        Case{"tiny", LinearMethod::kFp8, true}}) {
+    auto ckpt = Checkpoint::Open(MakeCheckpoint(t.preset, DType::kBf16, 3));
     OCTET_ASSERT_OK(ckpt);
     const ModelConfig& c = (*ckpt)->config();
     auto backend = NewCpuBackend({.isa = CpuIsa::kAvx512});
-    auto model = LlamaModel::Load(**ckpt, *backend, {});
+    ModelOptions options;
+    options.method = t.method;
+    options.quantize_lm_head = t.fp8_head;
+    auto model = LlamaModel::Load(**ckpt, *backend, options);
     OCTET_ASSERT_OK(model);
+    const bool fp8 = t.method == LinearMethod::kFp8;
+    const Layout panels = fp8 ? Layout::kE4m3Panels : Layout::kBf16Panels;
+    const std::string what = t.preset + (fp8 ? " fp8" : " none");
     using P = LlamaModel::Projection;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       for (P which : {P::kQkv, P::kO, P::kGateUp, P::kDown}) {
@@ -420,13 +434,14 @@ TEST(LlamaModel, Bf16WeightsAreLaidOutAsPanelsOnAvx512) {
             which == P::kO      ? GlobalBlocks(c, c.num_heads * c.head_dim)
             : which == P::kDown ? GlobalBlocks(c, c.intermediate_size)
                                 : 1;
-        EXPECT_EQ(w.layout, Layout::kBf16Panels) << preset << " layer " << l;
-        EXPECT_EQ(w.layout_k_blocks, blocks) << preset << " layer " << l;
+        EXPECT_EQ(w.layout, panels) << what << " layer " << l;
+        EXPECT_EQ(w.layout_k_blocks, blocks) << what << " layer " << l;
       }
     }
-    EXPECT_EQ((*model)->lm_head().layout,
-              c.tie_word_embeddings ? Layout::kRows : Layout::kBf16Panels)
-        << preset;
+    const Layout head = t.fp8_head              ? Layout::kE4m3Panels
+                        : c.tie_word_embeddings ? Layout::kRows
+                                                : Layout::kBf16Panels;
+    EXPECT_EQ((*model)->lm_head().layout, head) << what;
   }
 }
 

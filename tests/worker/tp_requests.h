@@ -3,11 +3,13 @@
 // activation scales), then decode 64 greedy tokens for each.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/panels.h"
 #include "model/checkpoint.h"
 #include "worker/generator.h"
 #include "worker/llama_model.h"
@@ -38,13 +40,22 @@ inline absl::Status RunTpRequests(
       using P = LlamaModel::Projection;
       for (P which : {P::kQkv, P::kO, P::kGateUp, P::kDown}) {
         const LinearWeight& w = (*model)->projection(l, which);
-        const size_t at = out->weight_codes.size();
-        out->weight_codes.resize(at + w.data.bytes());
+        std::vector<uint8_t> held(w.data.bytes());
         float scale = 0;
-        absl::Status s = backend.CopyToHost(out->weight_codes.data() + at,
-                                            w.data.data(), w.data.bytes());
+        absl::Status s =
+            backend.CopyToHost(held.data(), w.data.data(), held.size());
         if (s.ok()) s = backend.CopyToHost(&scale, w.scale.data(), 4);
         if (!s.ok()) return s;
+        // As [out][in] rows, however the backend laid the weight out.
+        const size_t at = out->weight_codes.size();
+        out->weight_codes.resize(at + w.out * w.in);
+        if (w.layout == LinearWeight::Layout::kE4m3Panels) {
+          UnpackE4m3Panels(held.data(), w.out, w.in, w.layout_k_blocks,
+                           out->weight_codes.data() + at);
+        } else {
+          std::copy_n(held.begin(), w.out * w.in,
+                      out->weight_codes.begin() + at);
+        }
         out->weight_scales.push_back(scale);
       }
     }
