@@ -335,31 +335,39 @@ void ForColumnChunks(const Problem<A, B>& p, int threads, int64_t align,
   }
 }
 
-// The GEMM on `threads` threads, each a chunk of output columns: raw sums
-// per K block, added by TreeSum, scaled and rounded once (Finish).
+// The rows kernels' raw sums of output columns [col0, col1) into sums.
+template <typename A, typename B>
+void RunRows(const GemmKernels& kern, const Problem<A, B>& p,
+             const BlockLayout& l, const char* a, int64_t col0, int64_t col1,
+             float* sums) {
+  const KBlocks raw_blocks = RawBlocks(p, l);
+  if constexpr (std::is_same_v<A, uint8_t>) {
+    if (p.m > kern.stream_max_m) {
+      RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
+    } else {
+      kern.e4m3_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+                     raw_blocks);
+    }
+  } else if constexpr (std::is_same_v<B, Bf16>) {
+    kern.bf16_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+                   raw_blocks);
+  } else {
+    kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1, sums, p.n,
+                       raw_blocks);
+  }
+}
+
+// The GEMM over weights as rows on `threads` threads, each a chunk of
+// output columns (ForColumnChunks).
 template <typename A, typename B>
 void RunKernels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
-  constexpr bool kE4m3 = std::is_same_v<A, uint8_t>;
   const BlockLayout l(kern, p.k, p.m, p.k_blocks);
   const char* a = PrepareABlocks(kern, p, l);
-  const KBlocks raw_blocks = RawBlocks(p, l);
-  const float dot_scale = kE4m3 ? kern.e4m3_dot_scale : 1.0f;
+  const float dot_scale =
+      std::is_same_v<A, uint8_t> ? kern.e4m3_dot_scale : 1.0f;
   ForColumnChunks(p, threads, kColumnAlign, dot_scale, kern.adds_k_blocks,
                   [&](int64_t col0, int64_t col1, float* sums) {
-                    if constexpr (kE4m3) {
-                      if (p.m > kern.stream_max_m) {
-                        RunConvertedE4m3(kern, p, l, a, col0, col1, sums);
-                      } else {
-                        kern.e4m3_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1,
-                                       sums, p.n, raw_blocks);
-                      }
-                    } else if constexpr (std::is_same_v<B, Bf16>) {
-                      kern.bf16_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0, col1,
-                                     sums, p.n, raw_blocks);
-                    } else {
-                      kern.prepared_rows(a, l.ld, p.m, p.b, p.k, l.kb, col0,
-                                         col1, sums, p.n, raw_blocks);
-                    }
+                    RunRows(kern, p, l, a, col0, col1, sums);
                   });
 }
 
@@ -461,6 +469,30 @@ absl::Status Run(const Problem<A, B>& p, const CpuKernelOptions& options,
   return absl::OkStatus();
 }
 
+// The e4m3 GEMMs with one activation scale per row, and one weight scale
+// (scale_b) or, with per_column, one per output column (col_scale_b); over
+// rows or panels.
+absl::Status RunScaledE4m3(const uint8_t* qa, const float* row_scale_a,
+                           const uint8_t* qb, float scale_b, bool per_column,
+                           const float* col_scale_b, int64_t m, int64_t n,
+                           int64_t k, void* y, DType y_dtype, bool panels,
+                           const CpuKernelOptions& options, const char* what) {
+  if (m > 0 && row_scale_a == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null row scales"));
+  }
+  Problem<uint8_t, uint8_t> p{qa,          qb,      m, n,      k,
+                              row_scale_a, scale_b, y, y_dtype};
+  if (per_column) {
+    if (n > 0 && col_scale_b == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": null column scales"));
+    }
+    p.scale_b_cols = col_scale_b;
+  }
+  p.b_panels = panels;
+  return Run(p, options, what);
+}
+
 }  // namespace
 
 absl::Status GemmE4m3(const uint8_t* qa, float scale_a, const uint8_t* qb,
@@ -476,12 +508,8 @@ absl::Status GemmE4m3RowScales(const uint8_t* qa, const float* row_scale_a,
                                const uint8_t* qb, float scale_b, int64_t m,
                                int64_t n, int64_t k, void* y, DType y_dtype,
                                const CpuKernelOptions& options) {
-  if (m > 0 && row_scale_a == nullptr) {
-    return absl::InvalidArgumentError("GemmE4m3RowScales: null row scales");
-  }
-  return Run(Problem<uint8_t, uint8_t>{qa, qb, m, n, k, row_scale_a, scale_b, y,
-                                       y_dtype},
-             options, "GemmE4m3RowScales");
+  return RunScaledE4m3(qa, row_scale_a, qb, scale_b, false, nullptr, m, n, k, y,
+                       y_dtype, false, options, "GemmE4m3RowScales");
 }
 
 absl::Status GemmE4m3ChannelScales(const uint8_t* qa, const float* row_scale_a,
@@ -489,12 +517,8 @@ absl::Status GemmE4m3ChannelScales(const uint8_t* qa, const float* row_scale_a,
                                    int64_t m, int64_t n, int64_t k, void* y,
                                    DType y_dtype,
                                    const CpuKernelOptions& options) {
-  if ((m > 0 && row_scale_a == nullptr) || (n > 0 && col_scale_b == nullptr)) {
-    return absl::InvalidArgumentError("GemmE4m3ChannelScales: null scales");
-  }
-  Problem<uint8_t, uint8_t> p{qa, qb, m, n, k, row_scale_a, 1.0f, y, y_dtype};
-  p.scale_b_cols = col_scale_b;
-  return Run(p, options, "GemmE4m3ChannelScales");
+  return RunScaledE4m3(qa, row_scale_a, qb, 1.0f, true, col_scale_b, m, n, k, y,
+                       y_dtype, false, options, "GemmE4m3ChannelScales");
 }
 
 absl::Status GemmE4m3BlockSums(const uint8_t* qa, const uint8_t* qb, int64_t m,
@@ -547,29 +571,17 @@ absl::Status GemmE4m3PanelRowScales(const uint8_t* qa, const float* row_scale_a,
                                     int64_t m, int64_t n, int64_t k, void* y,
                                     DType y_dtype,
                                     const CpuKernelOptions& options) {
-  if (m > 0 && row_scale_a == nullptr) {
-    return absl::InvalidArgumentError(
-        "GemmE4m3PanelRowScales: null row scales");
-  }
-  Problem<uint8_t, uint8_t> p{qa,          panels,  m, n,      k,
-                              row_scale_a, scale_b, y, y_dtype};
-  p.b_panels = true;
-  return Run(p, options, "GemmE4m3PanelRowScales");
+  return RunScaledE4m3(qa, row_scale_a, panels, scale_b, false, nullptr, m, n,
+                       k, y, y_dtype, true, options, "GemmE4m3PanelRowScales");
 }
 
 absl::Status GemmE4m3PanelChannelScales(
     const uint8_t* qa, const float* row_scale_a, const uint8_t* panels,
     const float* col_scale_b, int64_t m, int64_t n, int64_t k, void* y,
     DType y_dtype, const CpuKernelOptions& options) {
-  if ((m > 0 && row_scale_a == nullptr) || (n > 0 && col_scale_b == nullptr)) {
-    return absl::InvalidArgumentError(
-        "GemmE4m3PanelChannelScales: null scales");
-  }
-  Problem<uint8_t, uint8_t> p{qa,          panels, m, n,      k,
-                              row_scale_a, 1.0f,   y, y_dtype};
-  p.scale_b_cols = col_scale_b;
-  p.b_panels = true;
-  return Run(p, options, "GemmE4m3PanelChannelScales");
+  return RunScaledE4m3(qa, row_scale_a, panels, 1.0f, true, col_scale_b, m, n,
+                       k, y, y_dtype, true, options,
+                       "GemmE4m3PanelChannelScales");
 }
 
 absl::Status GemmE4m3PanelBlockSums(const uint8_t* qa, const uint8_t* panels,

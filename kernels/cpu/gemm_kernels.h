@@ -2,11 +2,14 @@
 // (gemm.cc) calls. One table per level, each in its own translation unit
 // built with that level's flags.
 //
-// Every kernel computes dot products along K ("rows" kernels): an output
-// column is the dot product of one activation row and one weight row, both
-// contiguous in memory, so weights are read straight from their row-major
-// [N][K] layout with no transposition or packing. Tiles of a few weight rows
-// times a few activation rows share each loaded vector.
+// Two kinds of kernel. The panels kernels (PanelsKernel) take outer
+// products over weights packed at load (panels.h): what the AVX-512 level
+// runs for weights laid out that way. The rest compute dot products along
+// K ("rows" kernels): an output column is the dot product of one activation
+// row and one weight row, both contiguous in memory, so weights are read
+// straight from their row-major [N][K] layout with no transposition or
+// packing. Tiles of a few weight rows times a few activation rows share
+// each loaded vector.
 //
 // The activations A are first "prepared" by the driver into the level's dot
 // format (padded to a multiple of k_align with zeros):

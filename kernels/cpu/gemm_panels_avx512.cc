@@ -45,7 +45,7 @@ constexpr int64_t kChunkPairs = 256;
 // the panel front to back; above, 2 vectors by 8 rows, each decoded vector
 // serving twice the rows. (bench_gemm --panels on a Zen 4 VM, 2026-12-06,
 // fp8qp over bf16p at K = 4096 and 14336: 4 x 4 1.09-1.43x at M = 5 where
-// 2 x 8 ran 1.04-1.16x; 2 x 8 0.89-0.97x at M = 24..48 and 0.90-0.95x at
+// 2 x 8 ran 1.00-1.16x; 2 x 8 0.89-0.97x at M = 24..48 and 0.90-0.95x at
 // M = 64..512, where decoding each chunk once into L2 for every row group
 // ran 0.78-0.92x and 0.88-0.96x.)
 constexpr int kE4m3WideMaxM = 8;

@@ -9,6 +9,10 @@ the same way (a warm-up call, then at least 5 calls and --min_time_ms; the
 median). PyTorch's output is bfloat16, bench_gemm's binary32: the output is
 a small part of the bytes and none of the arithmetic.
 
+With --panels, octet's times are bench_gemm --panels' GEMMs over weights
+packed into panels (bf16p, fp8qp): what octet's CPU backend runs on an
+AVX-512 machine. Without it, the GEMMs over weights as rows.
+
 In rounds (--rounds, default 3), this runs bench_gemm --format=csv on the
 shapes, then PyTorch on the same cells, and prints one table: per cell the
 median over the rounds of octet's bf16 and fp8q times and PyTorch's, the
@@ -42,6 +46,8 @@ def parse_args():
     p.add_argument("--rotate_mib", type=int, default=1024)
     p.add_argument("--min_time_ms", type=float, default=300.0)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--panels", action="store_true",
+                   help="octet's GEMMs over panels (AVX-512's layout)")
     args = p.parse_args()
     try:
         args.shape_list = []
@@ -61,17 +67,20 @@ def parse_args():
 
 
 def octet_round(args, threads):
-    """One bench_gemm run: {(n, k, m): (bf16_ms, fp8q_ms)}."""
+    """One bench_gemm run: {(n, k, m): (bf16 ms, fp8q ms)}."""
     cmd = [args.bench_gemm, "--backend=cpu", "--format=csv",
            f"--shapes={args.shapes}", f"--m={args.m}",
            f"--threads={threads}", f"--rotate_mib={args.rotate_mib}",
            f"--min_time_ms={args.min_time_ms}",
-           f"--cpu_max_m={max(args.m_list)}"]
+           f"--cpu_max_m={max(args.m_list)}"] + \
+        (["--panels"] if args.panels else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     cells = {}
+    bf16, fp8q = (("bf16_panels_ms", "fp8_quant_panels_ms") if args.panels
+                  else ("bf16_ms", "fp8_quant_ms"))
     for row in csv.DictReader(io.StringIO(out.stdout)):
         key = (int(row["N"]), int(row["K"]), int(row["M"]))
-        cells[key] = (float(row["bf16_ms"]), float(row["fp8_quant_ms"]))
+        cells[key] = (float(row[bf16]), float(row[fp8q]))
     return cells
 
 
@@ -125,7 +134,8 @@ def main():
           f"{'on' if torch.backends.mkldnn.is_available() else 'off'}) "
           f"against {args.bench_gemm}, {threads} threads, weights rotated "
           f"over >= {args.rotate_mib} MiB, {args.rounds} rounds "
-          "(octet, then PyTorch, each round)", flush=True)
+          "(octet, then PyTorch, each round); octet's weights "
+          f"{'in panels' if args.panels else 'as rows'}", flush=True)
     octet, peer = [], []
     for r in range(args.rounds):
         octet.append(octet_round(args, threads))

@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -138,16 +139,22 @@ class GemmPanelsTest : public ::testing::TestWithParam<CpuIsa> {
   }
 };
 
-TEST_P(GemmPanelsTest, MatchesFp64ReferenceOnOddShapes) {
+// Shapes that break tiling: every row-tile height and its remainders (M),
+// narrow and partial panels (N), K odd, below one step and past one chunk.
+std::vector<Shape> OddShapes(std::initializer_list<int64_t> ms) {
   std::vector<Shape> shapes;
-  for (int64_t m : {1, 2, 5, 6, 7, 13, 33}) {
+  for (int64_t m : ms) {
     for (int64_t n : {1, 3, 16, 33, 67, 130}) {
       for (int64_t k : {1, 2, 15, 33, 100, 257}) shapes.push_back({m, n, k});
     }
   }
   shapes.push_back({1, 300, 4096});
   shapes.push_back({20, 70, 1100});  // K in three chunks of the AVX-512 tile
-  for (const Shape& s : shapes) {
+  return shapes;
+}
+
+TEST_P(GemmPanelsTest, MatchesFp64ReferenceOnOddShapes) {
+  for (const Shape& s : OddShapes({1, 2, 5, 6, 7, 13, 33})) {
     const auto a16 = RandomBf16(s.m * s.k, 3 + s.m + s.k);
     const auto b16 = RandomBf16(s.n * s.k, 4 + s.n + s.k);
     const auto panels = Pack(b16, s.n, s.k);
@@ -299,15 +306,7 @@ std::vector<T> PadK(const std::vector<T>& m, int64_t rows, int64_t k,
 }
 
 TEST_P(GemmPanelsTest, E4m3MatchesFp64ReferenceOnOddShapes) {
-  std::vector<Shape> shapes;
-  for (int64_t m : {1, 2, 3, 4, 7, 13, 33}) {
-    for (int64_t n : {1, 3, 16, 33, 67, 130}) {
-      for (int64_t k : {1, 2, 15, 33, 100, 257}) shapes.push_back({m, n, k});
-    }
-  }
-  shapes.push_back({1, 300, 4096});
-  shapes.push_back({20, 70, 1100});  // K in three chunks of the AVX-512 tile
-  for (const Shape& s : shapes) {
+  for (const Shape& s : OddShapes({1, 2, 3, 4, 7, 9, 13, 33})) {
     const auto qa = testing::RandomCodes(s.m * s.k, 1 + s.m * 7 + s.k);
     const auto qb = testing::RandomCodes(s.n * s.k, 2 + s.n * 5 + s.k);
     const auto panels = PackCodes(qb, s.n, s.k);
