@@ -2,8 +2,9 @@
 // layers, and the BF16 GEMM that is its baseline.
 //
 // Layouts are the ones linear layers use: activations A[M,K] and weights
-// B[N,K] (out_features x in_features), both row-major and dense; the output
-// Y[M,N] is row-major and dense. Products accumulate in binary32.
+// B[N,K] (out_features x in_features), both row-major and dense, or the
+// weights packed into panels (the *Panel* GEMMs, kernels/cpu/panels.h);
+// the output Y[M,N] is row-major and dense. Products accumulate in binary32.
 //
 // Results depend only on the inputs and the instruction-set level, not on the
 // thread count. Thread-safe and reentrant; buffers are the caller's and must

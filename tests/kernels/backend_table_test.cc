@@ -1062,9 +1062,11 @@ absl::StatusOr<Output> NoBlockSums(Backend& b) {
 }
 
 // GemmBlockSums: unscaled binary32 sums with K in `k_blocks` blocks, for e4m3
-// weights (x: codes) or bfloat16 weights (x: activations).
+// weights (x: codes) or bfloat16 weights (x: activations); with lay_out,
+// the weight laid out for those blocks first (LayOutWeight: the CPU's
+// panels, CUDA's rows).
 absl::StatusOr<Output> RunGemmBlockSums(Backend& b, bool e4m3, int64_t k_blocks,
-                                        uint32_t seed) {
+                                        uint32_t seed, bool lay_out = false) {
   if (!b.has_block_sums()) return NoBlockSums(b);
   const int64_t rows = 13, in = 256, out = 64;
   std::vector<float> xf, wf;
@@ -1084,6 +1086,7 @@ absl::StatusOr<Output> RunGemmBlockSums(Backend& b, bool e4m3, int64_t k_blocks,
     OCTET_ASSIGN_OR_RETURN(w.data, Upload(b, ToBf16(wf)));
     OCTET_ASSIGN_OR_RETURN(dx, UploadAct(b, xf));
   }
+  if (lay_out) OCTET_RETURN_IF_ERROR(b.LayOutWeight(w, k_blocks));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums,
                          Upload(b, std::vector<float>(rows * out, kSentinel)));
   OCTET_RETURN_IF_ERROR(
@@ -1426,6 +1429,18 @@ const std::vector<Case>& Cases() {
        kGemmF32,
        [](Backend& b, const Env&) {
          return RunGemmBlockSums(b, false, 2, 153);
+       }},
+      {"GemmBlockSumsE4m3LaidOut",
+       {"has_block_sums", "LayOutWeight", "GemmBlockSums"},
+       kGemmF32,
+       [](Backend& b, const Env&) {
+         return RunGemmBlockSums(b, true, 4, 155, true);
+       }},
+      {"GemmBlockSumsBf16LaidOut",
+       {"has_block_sums", "LayOutWeight", "GemmBlockSums"},
+       kGemmF32,
+       [](Backend& b, const Env&) {
+         return RunGemmBlockSums(b, false, 2, 157, true);
        }},
       {"ScaleRows", {"has_block_sums", "ScaleRows"}, kExact, RunScaleRows},
       {"ScaleRowsUnscaled",
