@@ -398,7 +398,9 @@ class CpuBackend : public Backend {
   // panels.h).
   static bool PanelsServe(const LinearWeight& w, int64_t k_blocks) {
     if (k_blocks == w.layout_k_blocks) return true;
-    const int64_t step = w.layout == LinearWeight::Layout::kE4m3Panels ? 4 : 2;
+    const int64_t step = w.layout == LinearWeight::Layout::kE4m3Panels
+                             ? kE4m3PanelStep
+                             : kBf16PanelStep;
     return k_blocks >= 1 && w.in % k_blocks == 0 &&
            (w.in / k_blocks) % step == 0 &&
            (w.in / w.layout_k_blocks) % step == 0;

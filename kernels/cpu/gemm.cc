@@ -399,7 +399,7 @@ Bf16 PanelActivation(A x) {
 // whole panels on each thread.
 template <typename A, typename B>
 void RunPanels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
-  constexpr int64_t kStep = sizeof(B) == 1 ? 4 : 2;
+  constexpr int64_t kStep = sizeof(B) == 1 ? kE4m3PanelStep : kBf16PanelStep;
   const int64_t kb = p.k / p.k_blocks;
   const int64_t kb_pad = (kb + kStep - 1) / kStep * kStep;
   const int64_t ld = PreparedStride(kb_pad, sizeof(Bf16));

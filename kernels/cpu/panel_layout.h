@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/panels.h"
+
 namespace octet::cpu_internal {
 namespace {  // NOLINT(build/namespaces): see above
 
@@ -12,14 +14,14 @@ namespace {  // NOLINT(build/namespaces): see above
 // (its value 0 of a block), and where its value t of the block lies from
 // there, in a panel `width` columns wide.
 struct Bf16PanelLayout {
-  static constexpr int64_t kStep = 2;
+  static constexpr int64_t kStep = kBf16PanelStep;
   static int64_t Column(int64_t x) { return 2 * x; }
   static int64_t Offset(int64_t t, int64_t width) {
     return (t / 2) * 2 * width + t % 2;
   }
 };
 struct E4m3PanelLayout {
-  static constexpr int64_t kStep = 4;
+  static constexpr int64_t kStep = kE4m3PanelStep;
   static int64_t Column(int64_t x) {
     return (x / 16) * 64 + ((x % 16) / 4) * 16 + (x % 4) * 2;
   }

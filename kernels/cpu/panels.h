@@ -35,6 +35,9 @@
 namespace octet {
 
 inline constexpr int64_t kPanelColumns = 64;
+// The K values of a step, to a multiple of which each block is padded.
+inline constexpr int64_t kBf16PanelStep = 2;
+inline constexpr int64_t kE4m3PanelStep = 4;
 
 // The elements (bfloat16, or e4m3 bytes) a packed weight takes: N rounded
 // up to 16 times K with each block rounded up to the format's step.
