@@ -121,7 +121,7 @@ OCTET_V_INLINE void MultiplyAdd(V (&acc)[kH][kC], const float* row, X x) {
   for (int i = 0; i < kH; ++i) {
     const float xi = x(i);
 #pragma GCC unroll 8
-    for (int c = 0; c < kC; ++c) acc[i][c] += xi * r[c];
+    for (int c = 0; c < kC; ++c) acc[i][c] = MulAdd(Splat(xi), r[c], acc[i][c]);
   }
 }
 
@@ -234,7 +234,7 @@ inline void WeightValues(const AttentionItem& it, int64_t off, int64_t len,
     for (int i = 0; i < kH; ++i) {
       float acc = 0.0f;
       for (int64_t j = 0; j < len; ++j) {
-        acc += p[i * it.kt_stride + j] * value(j)[d];
+        acc = MulAdd(p[i * it.kt_stride + j], value(j)[d], acc);
       }
       out[i][d] = acc;
     }

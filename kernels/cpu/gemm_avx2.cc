@@ -114,7 +114,9 @@ struct TileOf {
         OCTET_UNROLL for (int m = 0; m < MB; ++m) {
           float sum = HorizontalSum(acc[r][m]);
           for (int64_t t = i; t < k; ++t) {
-            sum += a[m * lda + t] * Weight<W>::Scalar(b[(col + r) * ldb + t]);
+            // Fused, as the vector steps (inlined: built with -mfma).
+            sum = __builtin_fmaf(
+                a[m * lda + t], Weight<W>::Scalar(b[(col + r) * ldb + t]), sum);
           }
           c[m * ldc + r] = sum;
         }

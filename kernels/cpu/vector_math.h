@@ -9,6 +9,8 @@
 // same bits at either width.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 namespace octet::cpu_internal {
@@ -37,23 +39,39 @@ OCTET_V_INLINE V Load(const float* p) {
 OCTET_V_INLINE void Store(float* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
 OCTET_V_INLINE V Splat(float x) { return V{} + x; }
 
+// a * b + c rounded once (a fused multiply-add). The build never fuses on
+// its own (-ffp-contract=off, CMakeLists.txt), so that the bits do not
+// depend on the optimization level: each fused step is written here.
+OCTET_V_INLINE V MulAdd(V a, V b, V c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#else
+  return _mm256_fmadd_ps(a, b, c);
+#endif
+}
+OCTET_V_INLINE float MulAdd(float a, float b, float c) {
+  return __builtin_fmaf(a, b, c);  // inlined: every level has FMA
+}
+
 // e^x for x <= 0 (a score minus the row's maximum; -|g| in SiLU),
 // branch-free: x = k·ln2 + r with k the nearest integer (the 1.5·2^23
 // rounding trick) and |r| <= ln2/2 (ln2 in two parts, Cody and Waite), e^r
-// by Cephes' degree-6 polynomial (about 1 ulp), times 2^k from the exponent
-// bits. Below -87 (e^x under binary32's smallest normal) it is 0; NaN stays
-// NaN.
+// by Cephes' degree-6 polynomial in fused steps (about 1 ulp), times 2^k
+// from the exponent bits. Below -87 (e^x under binary32's smallest normal)
+// it is 0; NaN stays NaN.
 OCTET_V_INLINE V ExpNonPositive(V x) {
   const V c = x < -87.0f ? Splat(-87.0f) : x;
-  const V k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const V r = c - k * 0.693359375f + k * 2.12194440e-4f;
+  const V k =
+      MulAdd(c, Splat(1.44269504088896341f), Splat(12582912.0f)) - 12582912.0f;
+  const V r =
+      MulAdd(k, Splat(2.12194440e-4f), MulAdd(-k, Splat(0.693359375f), c));
   V p = Splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  p = MulAdd(p, r, Splat(1.3981999507e-3f));
+  p = MulAdd(p, r, Splat(8.3334519073e-3f));
+  p = MulAdd(p, r, Splat(4.1665795894e-2f));
+  p = MulAdd(p, r, Splat(1.6666665459e-1f));
+  p = MulAdd(p, r, Splat(5.0000001201e-1f));
+  p = MulAdd(p * r, r, r) + 1.0f;
   const VI bits = (__builtin_convertvector(k, VI) + 127) << 23;
   const V y = p * __builtin_bit_cast(V, bits);
   return x != x ? x : (x < -87.0f ? Splat(0.0f) : y);

@@ -3,7 +3,8 @@
 // range (signs, zeros, subnormals, the exp's clamp at -87, infinities and
 // NaN) and on rows whose length leaves a partial vector; and bit for bit
 // against itself at every instruction-set level this CPU has, with one
-// thread or several, and for a row alone or in a batch.
+// thread or several, and for a row alone or in a batch; and bit for bit
+// against a scalar twin of its own polynomial.
 #include "kernels/cpu/activation.h"
 
 #include <gtest/gtest.h>
@@ -133,6 +134,62 @@ TEST(SiluMul, BitsDoNotDependOnTheLevelTheThreadsOrTheBatch) {
           << "at " << i;
     }
   }
+}
+
+// The kernel's arithmetic one element at a time (vector_math.h's
+// ExpNonPositive and SiluMulRow), each MulAdd a std::fma and every other
+// step rounded on its own. This unit is built for the baseline target,
+// which has no fused multiply-add to slip in; if the compiler fused steps of
+// the kernel the source leaves apart (what -ffp-contract=off prevents, at
+// -O2 and above), the bits would differ here.
+float ExpNonPositiveTwin(float x) {
+  if (std::isnan(x)) return x;
+  if (x < -87.0f) return 0.0f;
+  const float k = std::fma(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  const float r = std::fma(k, 2.12194440e-4f, std::fma(-k, 0.693359375f, x));
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float q = p * r;
+  p = std::fma(q, r, r) + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+float SiluMulTwin(float g, float u) {
+  const float t = ExpNonPositiveTwin(g < 0.0f ? g : -g);
+  const float num = g < 0.0f ? g * t : g;
+  return num / (1.0f + t) * u;
+}
+
+TEST(SiluMul, EveryVectorLevelIsItsScalarTwinBitForBit) {
+  const int64_t rows = 5, cols = 333;
+  const std::vector<float> x = Inputs(rows, cols, 11);
+  bool ran = false;
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    if (isa == CpuIsa::kScalar) continue;  // the reference: another exp
+    ran = true;
+    SCOPED_TRACE(CpuIsaName(isa));
+    const std::vector<float> got = SiluMulAt(x, rows, cols, isa, 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float want =
+            SiluMulTwin(x[r * 2 * cols + c], x[r * 2 * cols + cols + c]);
+        const float have = got[r * cols + c];
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(have)) << r << ", " << c;
+          continue;
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(have), std::bit_cast<uint32_t>(want))
+            << "row " << r << ", column " << c
+            << " (g = " << x[r * 2 * cols + c] << "): " << have << " vs "
+            << want;
+      }
+    }
+  }
+  if (!ran) GTEST_SKIP() << "no vector level on this CPU";
 }
 
 }  // namespace
