@@ -395,8 +395,8 @@ Bf16 PanelActivation(A x) {
 // The outer-product GEMM over panels (panels.h) of bfloat16 weights (B =
 // Bf16) or e4m3 codes (B = uint8_t): A as bfloat16 (PanelActivation), K
 // block after block, each block's rows padded with zeros to the format's K
-// step; then the level's panels kernel (below AVX-512 the scalar twin) over
-// whole panels on each thread.
+// step, the rows split across the threads; then the level's panels kernel
+// (below AVX-512 the scalar twin) over whole panels on each thread.
 template <typename A, typename B>
 void RunPanels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   constexpr int64_t kStep = sizeof(B) == 1 ? kE4m3PanelStep : kBf16PanelStep;
@@ -405,13 +405,14 @@ void RunPanels(const GemmKernels& kern, const Problem<A, B>& p, int threads) {
   const int64_t ld = PreparedStride(kb_pad, sizeof(Bf16));
   Bf16* a = reinterpret_cast<Bf16*>(
       ThreadScratch<Scratch::kPreparedA>(p.k_blocks * p.m * ld * sizeof(Bf16)));
-  for (int64_t j = 0; j < p.k_blocks; ++j) {
-    for (int64_t r = 0; r < p.m; ++r) {
-      Bf16* out = a + (j * p.m + r) * ld;
-      const A* in = p.a + r * p.k + j * kb;
-      for (int64_t i = 0; i < kb; ++i) out[i] = PanelActivation(in[i]);
-      std::fill(out + kb, out + kb_pad, Bf16{0});
-    }
+  const int64_t rows = p.k_blocks * p.m;
+#pragma omp parallel for num_threads(threads) if (threads > 1 && p.m > 1)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t j = row / p.m, r = row % p.m;
+    Bf16* out = a + row * ld;
+    const A* in = p.a + r * p.k + j * kb;
+    for (int64_t i = 0; i < kb; ++i) out[i] = PanelActivation(in[i]);
+    std::fill(out + kb, out + kb_pad, Bf16{0});
   }
   const KBlocks blocks{p.k_blocks, p.m * ld * int64_t{sizeof(Bf16)}, 0,
                        p.m * p.n};

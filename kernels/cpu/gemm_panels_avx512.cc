@@ -40,18 +40,24 @@ constexpr int kRowsPerTile = 6;
 // is larger than L2 (K = 14336: 1.8 MiB). The sums go on from the last
 // chunk's.
 constexpr int64_t kChunkPairs = 256;
-// The e4m3 tiles, each 16 accumulators beside the decoder's 5 registers:
-// up to kE4m3WideMaxM rows, whole panels (4 vectors) by 4 rows, reading
-// the panel front to back; above, 2 vectors by 8 rows, each decoded vector
-// serving twice the rows. (bench_gemm --panels on a Zen 4 VM, 2026-12-06,
-// fp8qp over bf16p at K = 4096 and 14336: 4 x 4 1.09-1.43x at M = 5 where
-// 2 x 8 ran 1.00-1.16x; 2 x 8 0.89-0.97x at M = 24..48 and 0.90-0.95x at
-// M = 64..512, where decoding each chunk once into L2 for every row group
-// ran 0.78-0.92x and 0.88-0.96x.)
+// The e4m3 tiles beside the decoder's 5 registers: up to kE4m3WideMaxM
+// rows, whole panels (4 vectors) by 4 rows, reading the panel front to
+// back; above, 2 vectors by 10 rows (20 accumulators, 4 decoded vectors, 2
+// broadcasts: 31 of the 32 registers), each decoded vector serving 10 rows.
+// (bench_gemm --panels on a Zen 4 VM, 2026-12-06, bf16p over fp8p, the
+// GEMMs alone: 4 x 4 1.09-1.43x at M = 5 where 2 x 8 ran 1.00-1.16x. At
+// M = 128 and 512, two runs each: 2 x 10 0.90-0.99x (median 0.94) on the
+// four Mistral-7B shapes, where 2 x 8 ran 0.86-0.98x (median 0.91, two
+// shapes); slower were 1 x 16 and 1 x 20 (a broadcast for each product:
+// 0.66-0.89x), 3 x 6 (0.75-0.87x), 2 x 12 (spills: 0.87-0.97x), the
+// broadcasts folded into vdpbf16ps as {1to16} operands (0.87-0.95x), and
+// decoding the panel once for every row group, a chunk into L2 (0.88-0.96x,
+// M = 64..512) or 64 pairs at a time into L1 (0.85-0.92x), for the
+// bfloat16 tile to run over.)
 constexpr int kE4m3WideMaxM = 8;
 constexpr int kE4m3WideTileRows = 4;
 constexpr int kE4m3TileVectors = 2;
-constexpr int kE4m3TileRows = 8;
+constexpr int kE4m3TileRows = 10;
 
 // A tile's accumulators at the start of a K chunk: zero (first) or the
 // sums in c; the last vector's lanes past `last` are not read (columns

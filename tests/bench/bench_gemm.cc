@@ -17,10 +17,12 @@
 //                 over fp8_ms: what TP-invariant sums cost
 //   bf16p_ms      with --panels (CPU): the outer-product GEMMs over the
 //   fp8qp_ms      same weights packed into panels (kernels/cpu/panels.h;
-//                 packed before the timing, as a load does): bfloat16
-//                 (GemmBf16Panels), and the quantization then e4m3
-//                 (GemmE4m3PanelRowScales); bf16_ms over bf16p_ms, and
-//                 bf16p_ms over fp8qp_ms: FP8 against BF16 both on panels
+//   fp8p_ms       packed before the timing, as a load does): bfloat16
+//                 (GemmBf16Panels), the quantization then e4m3
+//                 (GemmE4m3PanelRowScales), and e4m3 over the activations
+//                 quantized before the timing; bf16_ms over bf16p_ms, and
+//                 bf16p_ms over fp8qp_ms and over fp8p_ms: FP8 against BF16
+//                 both on panels, with and without the quantization
 //   fp8rg_ms      with --row_groups G: the e4m3 GEMM with per-sequence
 //                 activation scales, the M rows in min(G, M) sequences, as
 //                 QKV and gate_up run in a batched step: on the GPU each way
@@ -139,7 +141,8 @@ struct Row {
   int64_t m = 0, n = 0, k = 0;
   double bf16_ms = 0, fp8_ms = 0, fp8_quant_ms = 0, quant_us = 0;
   double fp8_blocks_ms = 0;  // with --k_blocks
-  double bf16_panels_ms = 0, fp8_quant_panels_ms = 0;  // with --panels
+  // With --panels.
+  double bf16_panels_ms = 0, fp8_quant_panels_ms = 0, fp8_panels_ms = 0;
   // With --row_groups: each way's name, time and path.
   std::vector<std::string> rg_ways = {};
   std::vector<double> rg_ms = {};
@@ -525,12 +528,20 @@ class CpuBackend : public Backend {
           w_fp8_panels_[next_fp8_panels++ % w_fp8_panels_.size()].data(),
           w_scale_, m, n, k, y.data(), DType::kF32, options_);
     };
+    const std::vector<float> pre_scale(m, xs->scale);
+    auto fp8_panels = [&](int) {
+      return GemmE4m3PanelRowScales(
+          xq.data(), pre_scale.data(),
+          w_fp8_panels_[next_fp8_panels++ % w_fp8_panels_.size()].data(),
+          w_scale_, m, n, k, y.data(), DType::kF32, options_);
+    };
     std::vector<std::function<absl::Status(int)>> calls = {bf16, fp8,
                                                            fp8_quant};
     if (c_.k_blocks > 0) calls.push_back(fp8_blocks);
     if (c_.panels) {
       calls.push_back(bf16_panels);
       calls.push_back(fp8_quant_panels);
+      calls.push_back(fp8_panels);
     }
     if (c_.row_groups > 0) calls.push_back(fp8_row_groups);
     absl::StatusOr<std::vector<double>> t = TimeCpuMs(calls, c_);
@@ -542,6 +553,7 @@ class CpuBackend : public Backend {
     if (c_.panels) {
       row.bf16_panels_ms = (*t)[c_.k_blocks > 0 ? 4 : 3];
       row.fp8_quant_panels_ms = (*t)[c_.k_blocks > 0 ? 5 : 4];
+      row.fp8_panels_ms = (*t)[c_.k_blocks > 0 ? 6 : 5];
     }
     if (c_.row_groups > 0) {
       row.rg_ways = {"cpu"};
@@ -885,7 +897,7 @@ constexpr char kCsvHeader[] =
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
     "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
     "fp8_blocks_ms,blocks_path,row_groups,fp8rg_ms_by_way,fp8rg_best_ms,"
-    "fp8rg_best_way,bf16_panels_ms,fp8_quant_panels_ms\n";
+    "fp8rg_best_way,bf16_panels_ms,fp8_quant_panels_ms,fp8_panels_ms\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -928,14 +940,15 @@ std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f,%.6f\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f,%.6f,%.6f\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
       r.Fallback() ? kFallbackPath : r.fp8_path.c_str(), r.bf16_path,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
       PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path,
-      RowGroupCsv(r, row_groups), r.bf16_panels_ms, r.fp8_quant_panels_ms);
+      RowGroupCsv(r, row_groups), r.bf16_panels_ms, r.fp8_quant_panels_ms,
+      r.fp8_panels_ms);
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -962,15 +975,17 @@ std::string RowGroupCells(const Row& r) {
 }
 
 // The table's --panels cells: bf16p's time, bf16 over it, its share of the
-// peak; fp8qp's time, bf16p over it, its share of the peak.
+// peak; fp8qp's time, bf16p over it, its share of the peak; bf16p over
+// fp8p.
 std::string PanelCells(const Row& r, double peak) {
   return absl::StrFormat(
-      " %s %7.2fx %s %s %7.2fx %s", TimeCell(r.bf16_panels_ms, "cpu"),
+      " %s %7.2fx %s %s %7.2fx %s %7.2fx", TimeCell(r.bf16_panels_ms, "cpu"),
       r.bf16_ms / r.bf16_panels_ms,
       PctCell(PctOfPeak(Tflops(r, r.bf16_panels_ms), peak)),
       TimeCell(r.fp8_quant_panels_ms, "cpu"),
       r.bf16_panels_ms / r.fp8_quant_panels_ms,
-      PctCell(PctOfPeak(Tflops(r, r.fp8_quant_panels_ms), peak)));
+      PctCell(PctOfPeak(Tflops(r, r.fp8_quant_panels_ms), peak)),
+      r.bf16_panels_ms / r.fp8_panels_ms);
 }
 void PrintRow(const Config& c, const std::string& backend, const Row& r,
               double bw_gbps, double peak, std::FILE* csv_out) {
@@ -1073,7 +1088,9 @@ int Main(int argc, char** argv) {
             : std::string(),
         c.panels ? ";\nbf16p, fp8qp = BF16 and fp8q over weights packed into "
                    "panels (outer products); x_bf16p = bf16_ms / bf16p_ms; "
-                   "p:x_fp8q = bf16p_ms / fp8qp_ms"
+                   "p:x_fp8q = bf16p_ms / fp8qp_ms; p:x_fp8 = bf16p_ms / "
+                   "fp8p_ms, fp8p the e4m3 panels GEMM over pre-quantized "
+                   "activations"
                  : "",
         c.row_groups > 0
             ? absl::StrFormat(
@@ -1096,10 +1113,11 @@ int Main(int argc, char** argv) {
         "x_fp8q", "GB/s", "TFLOP/s", "%bw", "%pk_bf16", "%pk_fp8q",
         c.k_blocks > 0 ? absl::StrFormat(" %10s  %8s", "fp8blk_ms", "blk/fp8")
                        : std::string(),
-        c.panels ? absl::StrFormat(" %10s  %8s %7s %10s  %8s %7s", "bf16p_ms",
-                                   "x_bf16p", "%pk_bf16p", "fp8qp_ms",
-                                   "p:x_fp8q", "%pk_fp8qp")
-                 : std::string(),
+        c.panels
+            ? absl::StrFormat(" %10s  %8s %7s %10s  %8s %7s %8s", "bf16p_ms",
+                              "x_bf16p", "%pk_bf16p", "fp8qp_ms", "p:x_fp8q",
+                              "%pk_fp8qp", "p:x_fp8")
+            : std::string(),
         rg_header);
   }
   std::vector<int64_t> skipped;
