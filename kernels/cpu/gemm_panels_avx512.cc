@@ -40,10 +40,13 @@ constexpr int kRowsPerTile = 6;
 // is larger than L2 (K = 14336: 1.8 MiB). The sums go on from the last
 // chunk's.
 constexpr int64_t kChunkPairs = 256;
-// The e4m3 tiles beside the decoder's 5 registers: up to kE4m3WideMaxM
-// rows, whole panels (4 vectors) by 4 rows, reading the panel front to
-// back; above, 2 vectors by 10 rows (20 accumulators, 4 decoded vectors, 2
-// broadcasts: 31 of the 32 registers), each decoded vector serving 10 rows.
+// The e4m3 GEMM by M. Up to kE4m3WideMaxM rows, tiles of whole panels (4
+// vectors) by 4 rows, reading the panel front to back; up to
+// kE4m3StagedMinM, 2 vectors by 10 rows (20 accumulators, 4 decoded
+// vectors, 2 broadcasts and the decoder's 5: 31 of the 32 registers), each
+// vector decoded in registers serving 10 rows; from kE4m3StagedMinM, each K
+// chunk decoded once into L1/L2 for the bfloat16 tile (E4m3Staged), its
+// decoding amortised over every row.
 // (bench_gemm --panels on a Zen 4 VM, 2026-12-06, bf16p over fp8p, the
 // GEMMs alone: 4 x 4 1.09-1.43x at M = 5 where 2 x 8 ran 1.00-1.16x. At
 // M = 128 and 512, two runs each: 2 x 10 0.90-0.99x (median 0.94) on the
@@ -51,13 +54,18 @@ constexpr int64_t kChunkPairs = 256;
 // shapes); slower were 1 x 16 and 1 x 20 (a broadcast for each product:
 // 0.66-0.89x), 3 x 6 (0.75-0.87x), 2 x 12 (spills: 0.87-0.97x), the
 // broadcasts folded into vdpbf16ps as {1to16} operands (0.87-0.95x), and
-// decoding the panel once for every row group, a chunk into L2 (0.88-0.96x,
-// M = 64..512) or 64 pairs at a time into L1 (0.85-0.92x), for the
-// bfloat16 tile to run over.)
+// decoding 64 pairs at a time into L1 (0.85-0.92x). Decoding a whole chunk
+// once gained only with the next chunk's codes fetched ahead, two runs
+// each against 2 x 10 in the same run: M = 64 0.96-1.09x (2 x 10
+// 0.94-1.05x), M = 96 0.96-1.03x (0.92-0.98x), M = 128 0.97-1.02x, median
+// 0.99 (0.92-0.97x, 0.95), M = 512 0.97-1.00x, 0.98 (0.89-0.95x, 0.93);
+// and lost at M = 16 (0.88-0.97x, 1.04-1.18x) and 32 (0.86-1.01x,
+// 0.92-1.07x).)
 constexpr int kE4m3WideMaxM = 8;
 constexpr int kE4m3WideTileRows = 4;
 constexpr int kE4m3TileVectors = 2;
 constexpr int kE4m3TileRows = 10;
+constexpr int64_t kE4m3StagedMinM = 64;
 
 // A tile's accumulators at the start of a K chunk: zero (first) or the
 // sums in c; the last vector's lanes past `last` are not read (columns
@@ -182,10 +190,41 @@ void RowGroups(const Bf16* a, int64_t lda, int64_t m, W panel, int64_t k0,
   }
 }
 
+// Every row over steps [s0, s1) (one K chunk) of an e4m3 panel of NV
+// vectors, many rows: the chunk decoded once into this thread's buffer,
+// then the bfloat16 tile over it, which takes the decoded pairs in the
+// order E4m3PanelTile does (the same bits). While decoding, the next
+// chunk's codes (the panels lie in one stream) are fetched into L2, so
+// that its decoding does not wait on memory with no products to hide it.
+template <int NV>
+void E4m3Staged(const Bf16* a, int64_t lda, int64_t m, const uint8_t* panel,
+                int64_t s0, int64_t s1, float* c, int64_t ldc, __mmask16 last,
+                bool first) {
+  alignas(64) static thread_local Bf16 staged[kChunkPairs * kPanelVectors * 32];
+  constexpr uintptr_t kAhead = kChunkPairs / 2 * NV * 64;  // a chunk's codes
+  const E4m3Decoder dec;
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t pair = 2 * (s - s0);
+    OCTET_UNROLL for (int v = 0; v < NV; ++v) {
+      const uint8_t* codes = panel + (s * NV + v) * 64;
+      // An address, never dereferenced: it may lie past the panels' end.
+      _mm_prefetch(reinterpret_cast<const char*>(
+                       reinterpret_cast<uintptr_t>(codes) + kAhead),
+                   _MM_HINT_T1);
+      __m512i w0, w1;
+      dec.Decode(_mm512_loadu_si512(codes), w0, w1);
+      _mm512_store_si512(staged + (pair * NV + v) * 32, w0);
+      _mm512_store_si512(staged + ((pair + 1) * NV + v) * 32, w1);
+    }
+  }
+  RowGroups<PanelTile, NV, kRowsPerTile>(a + 4 * s0, lda, m, staged, 0,
+                                         2 * (s1 - s0), c, ldc, last, first);
+}
+
 // Every row over steps [s0, s1) of an e4m3 panel of NV vectors: up to
 // kE4m3WideMaxM rows the whole panel's vectors kE4m3WideTileRows rows at a
-// time; above, kE4m3TileVectors vectors (the last ones fewer) by
-// kE4m3TileRows rows.
+// time; from kE4m3StagedMinM, decoded once (E4m3Staged); between,
+// kE4m3TileVectors vectors (the last ones fewer) by kE4m3TileRows rows.
 template <int NV>
 void E4m3Rows(const Bf16* a, int64_t lda, int64_t m, const uint8_t* panel,
               int64_t s0, int64_t s1, float* c, int64_t ldc, __mmask16 last,
@@ -193,6 +232,10 @@ void E4m3Rows(const Bf16* a, int64_t lda, int64_t m, const uint8_t* panel,
   if (m <= kE4m3WideMaxM) {
     RowGroups<E4m3PanelTile, NV, kE4m3WideTileRows>(
         a, lda, m, E4m3Vectors{panel, NV}, s0, s1, c, ldc, last, first);
+    return;
+  }
+  if (m >= kE4m3StagedMinM) {
+    E4m3Staged<NV>(a, lda, m, panel, s0, s1, c, ldc, last, first);
     return;
   }
   constexpr int kTv = kE4m3TileVectors < NV ? kE4m3TileVectors : NV;

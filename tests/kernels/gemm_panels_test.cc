@@ -340,12 +340,14 @@ TEST_P(GemmPanelsTest, E4m3MatchesFp64ReferenceOnOddShapes) {
 }
 
 // The e4m3 panels' GEMM is the bfloat16 panels' GEMM of the decoded codes,
-// bit for bit, at every M (the AVX-512 tiles take whole panels by 4 rows
-// up to 8 rows, half panels by 8 above), with K padded to the e4m3 step on
-// both sides; so, like it, a row's bits do not depend on the batch.
+// bit for bit, at every M (on AVX-512 whole panels by 4 rows up to 8 rows,
+// 2 vectors by 10 rows below 64, each K chunk decoded once from 64), with K
+// padded to the e4m3 step on both sides; so, like it, a row's bits do not
+// depend on the batch.
 TEST_P(GemmPanelsTest, E4m3IsTheBf16PanelGemmOfTheDecodedValues) {
-  for (const Shape& s : {Shape{33, 130, 600}, Shape{13, 67, 1101},
-                         Shape{7, 200, 4097}, Shape{40, 19, 46}}) {
+  for (const Shape& s :
+       {Shape{33, 130, 600}, Shape{13, 67, 1101}, Shape{7, 200, 4097},
+        Shape{40, 19, 46}, Shape{75, 100, 1101}}) {
     const int64_t k4 = (s.k + 3) / 4 * 4;
     const auto qa = testing::RandomCodes(s.m * s.k, 61 + s.k);
     const auto qb = testing::RandomCodes(s.n * s.k, 62 + s.k);
@@ -376,14 +378,15 @@ TEST_P(GemmPanelsTest, E4m3IsTheBf16PanelGemmOfTheDecodedValues) {
 
 // Block sums over e4m3 panels are each block's GEMM alone (packed alone),
 // added in TreeSum order, for blocks not a multiple of the K step and more
-// blocks than a tile, with both AVX-512 e4m3 tiles (M = 2 and 13).
+// blocks than a tile, with each AVX-512 e4m3 way (M = 2, 13 and 70).
 TEST_P(GemmPanelsTest, E4m3BlockSumsAreEachBlockAlone) {
   struct Case {
     Shape s;
     int64_t blocks;
   };
-  for (const Case& c : {Case{{2, 19, 32 * 3}, 32}, Case{{13, 67, 8 * 5}, 8},
-                        Case{{13, 130, 2 * 1100}, 2}}) {
+  for (const Case& c :
+       {Case{{2, 19, 32 * 3}, 32}, Case{{13, 67, 8 * 5}, 8},
+        Case{{13, 130, 2 * 1100}, 2}, Case{{70, 67, 3 * 600}, 3}}) {
     const Shape& s = c.s;
     const int64_t kb = s.k / c.blocks, mn = s.m * s.n;
     const auto qa = testing::RandomCodes(s.m * s.k, 71 + s.k);
