@@ -15,7 +15,8 @@
 // of its 16 columns (E4m3Decoder, e4m3_simd.h) and takes them as the
 // bfloat16 tile takes its loads: the same products in the same order as
 // the bfloat16 tile over the decoded panel, the same bits. Its shape
-// follows M (kE4m3WideMaxM).
+// follows M (kE4m3WideMaxM); from kE4m3StagedMinM rows each K chunk is
+// decoded once instead, and the bfloat16 tile runs over it.
 //
 // Each output adds its K pairs in order from zero, one vdpbf16ps per pair,
 // whatever the tile, the path, the row's place in the batch, the K chunk
