@@ -195,10 +195,11 @@ class CpuBackend : public Backend {
         Allocate(bf16 ? Bf16PanelElements(w.out, w.in, k_blocks) * sizeof(Bf16)
                       : E4m3PanelBytes(w.out, w.in, k_blocks));
     if (!panels.ok()) return panels.status();
-    absl::Status s = bf16 ? PackBf16Panels(w.data.as<Bf16>(), w.out, w.in,
-                                           k_blocks, panels->as<Bf16>())
-                          : PackE4m3Panels(w.data.as<uint8_t>(), w.out, w.in,
-                                           k_blocks, panels->as<uint8_t>());
+    absl::Status s =
+        bf16 ? PackBf16Panels(w.data.as<Bf16>(), w.out, w.in, k_blocks,
+                              panels->as<Bf16>(), threads_)
+             : PackE4m3Panels(w.data.as<uint8_t>(), w.out, w.in, k_blocks,
+                              panels->as<uint8_t>(), threads_);
     if (!s.ok()) return s;
     w.data = *std::move(panels);
     w.layout = bf16 ? LinearWeight::Layout::kBf16Panels

@@ -42,12 +42,14 @@ int64_t Elements(int64_t n, int64_t k, int64_t k_blocks, int64_t step) {
   return (n + 15) / 16 * 16 * k_blocks * PaddedBlock(k, k_blocks, step);
 }
 
-// visit(i, p) for every value of W: i its index in W [n][k] row-major, p
-// in the panels; row by row of W, so W is read or written in order.
+// visit(i, p) for every value of rows [row0, row1) of W: i its index in W
+// [n][k] row-major, p in the panels; row by row of W, so W is read or
+// written in order.
 template <typename Layout, typename Visit>
-void ForEachValue(int64_t n, int64_t k, int64_t k_blocks, Visit visit) {
+void ForEachValue(int64_t n, int64_t k, int64_t k_blocks, int64_t row0,
+                  int64_t row1, Visit visit) {
   const int64_t kb = k / k_blocks;
-  for (int64_t row = 0; row < n; ++row) {
+  for (int64_t row = row0; row < row1; ++row) {
     const int64_t width = PanelWidth(n, row);
     for (int64_t j = 0; j < k_blocks; ++j) {
       const int64_t p = PanelIndex<Layout>(n, k, k_blocks, row, j * kb);
@@ -60,7 +62,7 @@ void ForEachValue(int64_t n, int64_t k, int64_t k_blocks, Visit visit) {
 
 template <typename Layout, typename T>
 absl::Status Pack(const T* w, int64_t n, int64_t k, int64_t k_blocks, T* panels,
-                  const char* what) {
+                  int threads, const char* what) {
   if (n < 0 || k < 0 || k_blocks < 1 || k % k_blocks != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": a ", n, " x ", k, " weight in ", k_blocks,
@@ -71,10 +73,20 @@ absl::Status Pack(const T* w, int64_t n, int64_t k, int64_t k_blocks, T* panels,
   if (w == nullptr || panels == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": null operand"));
   }
-  // Zero first: the padding (columns past n, the end of a block).
-  std::memset(panels, 0, elements * sizeof(T));
-  ForEachValue<Layout>(n, k, k_blocks,
-                       [&](int64_t i, int64_t p) { panels[p] = w[i]; });
+  // Panel by panel, a panel's values (its K blocks one after the other)
+  // in one range of `panels` that one thread writes alone: zero first (the
+  // padding: columns past n, the end of a block), then the values.
+  const int64_t kb_pad = PaddedBlock(k, k_blocks, Layout::kStep);
+  const int64_t count = (n + kPanelColumns - 1) / kPanelColumns;
+#pragma omp parallel for schedule(static) \
+    num_threads(threads) if (threads > 1 && count > 1)
+  for (int64_t panel = 0; panel < count; ++panel) {
+    const int64_t c0 = panel * kPanelColumns;
+    std::memset(panels + c0 * k_blocks * kb_pad, 0,
+                PanelWidth(n, c0) * k_blocks * kb_pad * sizeof(T));
+    ForEachValue<Layout>(n, k, k_blocks, c0, std::min(n, c0 + kPanelColumns),
+                         [&](int64_t i, int64_t p) { panels[p] = w[i]; });
+  }
   return absl::OkStatus();
 }
 
@@ -89,25 +101,27 @@ int64_t E4m3PanelBytes(int64_t n, int64_t k, int64_t k_blocks) {
 }
 
 absl::Status PackBf16Panels(const Bf16* w, int64_t n, int64_t k,
-                            int64_t k_blocks, Bf16* panels) {
-  return Pack<Bf16PanelLayout>(w, n, k, k_blocks, panels, "PackBf16Panels");
+                            int64_t k_blocks, Bf16* panels, int threads) {
+  return Pack<Bf16PanelLayout>(w, n, k, k_blocks, panels, threads,
+                               "PackBf16Panels");
 }
 
 absl::Status PackE4m3Panels(const uint8_t* w, int64_t n, int64_t k,
-                            int64_t k_blocks, uint8_t* panels) {
-  return Pack<E4m3PanelLayout>(w, n, k, k_blocks, panels, "PackE4m3Panels");
+                            int64_t k_blocks, uint8_t* panels, int threads) {
+  return Pack<E4m3PanelLayout>(w, n, k, k_blocks, panels, threads,
+                               "PackE4m3Panels");
 }
 
 void UnpackBf16Panels(const Bf16* panels, int64_t n, int64_t k,
                       int64_t k_blocks, Bf16* w) {
   ForEachValue<Bf16PanelLayout>(
-      n, k, k_blocks, [&](int64_t i, int64_t p) { w[i] = panels[p]; });
+      n, k, k_blocks, 0, n, [&](int64_t i, int64_t p) { w[i] = panels[p]; });
 }
 
 void UnpackE4m3Panels(const uint8_t* panels, int64_t n, int64_t k,
                       int64_t k_blocks, uint8_t* w) {
   ForEachValue<E4m3PanelLayout>(
-      n, k, k_blocks, [&](int64_t i, int64_t p) { w[i] = panels[p]; });
+      n, k, k_blocks, 0, n, [&](int64_t i, int64_t p) { w[i] = panels[p]; });
 }
 
 Bf16 Bf16PanelAt(const Bf16* panels, int64_t n, int64_t k, int64_t k_blocks,

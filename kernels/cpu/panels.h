@@ -45,11 +45,12 @@ int64_t Bf16PanelElements(int64_t n, int64_t k, int64_t k_blocks);
 int64_t E4m3PanelBytes(int64_t n, int64_t k, int64_t k_blocks);
 
 // W [n][k] row-major -> `panels` (as many elements as above; padding
-// written as zero). k_blocks must divide k.
+// written as zero). k_blocks must divide k. `threads` pack panels side by
+// side (the same bytes at any count).
 absl::Status PackBf16Panels(const Bf16* w, int64_t n, int64_t k,
-                            int64_t k_blocks, Bf16* panels);
+                            int64_t k_blocks, Bf16* panels, int threads = 1);
 absl::Status PackE4m3Panels(const uint8_t* w, int64_t n, int64_t k,
-                            int64_t k_blocks, uint8_t* panels);
+                            int64_t k_blocks, uint8_t* panels, int threads = 1);
 
 // And back: `panels` -> W [n][k] row-major (tests, checkpoint export).
 void UnpackBf16Panels(const Bf16* panels, int64_t n, int64_t k,

@@ -75,7 +75,8 @@ uint16_t Bits(uint8_t v) { return v; }
 
 // Both formats: every weight read back where the layout puts it, the
 // padding (columns past N, the end of each K block) zero, the size the
-// layout's, and unpacking gives W back.
+// layout's, the same bytes packed on two threads, and unpacking gives W
+// back.
 template <typename T, typename Make, typename PackFn, typename UnpackFn,
           typename AtFn>
 void ExpectPackingHoldsEveryWeight(Make make, int64_t step,
@@ -93,8 +94,13 @@ void ExpectPackingHoldsEveryWeight(Make make, int64_t step,
       const int64_t elements = size(n, c.k, c.k_blocks);
       ASSERT_EQ(elements, (n + 15) / 16 * 16 * c.k_blocks *
                               ((kb + step - 1) / step * step));
-      std::vector<T> panels(elements, T{0x7F});
-      ASSERT_TRUE(pack(w.data(), n, c.k, c.k_blocks, panels.data()).ok());
+      std::vector<T> panels(elements, T{0x7F}), two(elements, T{0x7F});
+      ASSERT_TRUE(pack(w.data(), n, c.k, c.k_blocks, panels.data(), 1).ok());
+      ASSERT_TRUE(pack(w.data(), n, c.k, c.k_blocks, two.data(), 2).ok());
+      for (int64_t i = 0; i < elements; ++i) {
+        ASSERT_EQ(Bits(two[i]), Bits(panels[i]))
+            << what << " on two threads N=" << n << " K=" << c.k << " at " << i;
+      }
       int64_t nonzero_w = 0, nonzero_panels = 0;
       for (int64_t row = 0; row < n; ++row) {
         for (int64_t col = 0; col < c.k; ++col) {
@@ -118,8 +124,9 @@ void ExpectPackingHoldsEveryWeight(Make make, int64_t step,
     }
   }
   T w{0}, p{0};
-  EXPECT_EQ(pack(&w, 1, 10, 3, &p).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(pack(nullptr, 1, 2, 1, &p).code(),
+  EXPECT_EQ(pack(&w, 1, 10, 3, &p, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pack(nullptr, 1, 2, 1, &p, 1).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
