@@ -354,21 +354,36 @@ class Backend {
                                  const float* q_scale, const RowGroups& groups,
                                  const LinearWeight& w, void* y, DType y_dtype);
 
-  // Chooses a token for each of `rows` (kernels/sampling.h has the rules)
-  // from the binary32 logits [*][vocab] on the device; only the tokens come
-  // back, into the host array `out` (one per row). The CPU runs the host
-  // reference (SampleOne) on each row where it lies; CUDA its own kernels.
-  virtual absl::Status Sample(const float* logits, int64_t vocab,
-                              absl::Span<const SampleRow> rows,
-                              SampledToken* out) = 0;
+  // Sampling: a token for each row (kernels/sampling.h has the rules) from
+  // the binary32 logits [*][vocab] on the device; only the tokens come back.
+  // The CPU runs the host reference (SampleOne) on each row where it lies;
+  // CUDA its own kernels. Three calls, so that a decode graph can hold the
+  // device work between the step's one copy up and its one wait:
+  //  - StageSample, host work (never captured): checks `rows` and lays them
+  //    out on the device as `layout` says (SampleLayout); answers what it
+  //    staged.
+  //  - SampleStaged, device work (capturable): the staged rows' tokens from
+  //    `logits`, left for TakeSampled. A capture of it serves every later
+  //    staging of the same shape (SampleStaging::rows, ::sorts) as long as
+  //    no staging since has moved the buffers (SampleStaging::moved).
+  //  - TakeSampled, a host wait: the first out.size() tokens of the last
+  //    SampleStaged.
+  // Sample runs the three in a row.
+  virtual absl::StatusOr<SampleStaging> StageSample(
+      int64_t vocab, absl::Span<const SampleRow> rows,
+      const SampleLayout& layout) = 0;
+  virtual absl::Status SampleStaged(const float* logits, int64_t vocab) = 0;
+  virtual absl::Status TakeSampled(absl::Span<SampledToken> out) = 0;
+  absl::Status Sample(const float* logits, int64_t vocab,
+                      absl::Span<const SampleRow> rows, SampledToken* out);
 
   // Capture (CUDA graphs): between BeginCapture and EndCapture the backend
   // records the operations it is given instead of running them, and
   // EndCapture returns them as CapturedWork. Only device work may be
-  // captured: Allocate, CopyToDevice, CopyToHost, Synchronize and Sample
-  // fail (FailedPrecondition) while capturing. EndCapture ends a capture
-  // also after an operation failed in it. Optional: backends that cannot
-  // capture answer false here and Unimplemented below.
+  // captured: Allocate, CopyToDevice, CopyToHost, Synchronize, StageSample
+  // and TakeSampled fail (FailedPrecondition) while capturing. EndCapture ends
+  // a capture also after an operation failed in it. Optional: backends that
+  // cannot capture answer false here and Unimplemented below.
   virtual bool can_capture() const { return false; }
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture();
@@ -449,6 +464,17 @@ inline absl::StatusOr<std::unique_ptr<DeviceClock>> Backend::NewClock() {
 
 inline absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(Describe() + " cannot capture work");
+}
+
+inline absl::Status Backend::Sample(const float* logits, int64_t vocab,
+                                    absl::Span<const SampleRow> rows,
+                                    SampledToken* out) {
+  if (rows.empty()) return absl::OkStatus();
+  absl::StatusOr<SampleStaging> staged = StageSample(vocab, rows, {});
+  if (!staged.ok()) return staged.status();
+  absl::Status s = SampleStaged(logits, vocab);
+  if (!s.ok()) return s;
+  return TakeSampled(absl::MakeSpan(out, rows.size()));
 }
 
 inline absl::StatusOr<std::unique_ptr<CapturedWork>> Backend::EndCapture() {

@@ -1,6 +1,7 @@
 #include "kernels/sampling.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -119,6 +120,29 @@ float LogProb(absl::Span<const float> row, int64_t id) {
   double sum = 0;
   for (float v : row) sum += std::exp(key(v) - max);
   return static_cast<float>(key(row[id]) - max - std::log(sum));
+}
+
+absl::StatusOr<SampleStaging> PlanSampleStaging(
+    int64_t vocab, absl::Span<const SampleRow> rows,
+    const SampleLayout& layout) {
+  if (vocab <= 0 || vocab > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling: vocab ", vocab, " outside [1, 2^31)"));
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (layout.padded_rows != 0 && layout.padded_rows < n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling: ", n, " rows do not fit a layout of ", layout.padded_rows));
+  }
+  SampleStaging staging{.rows = std::max(n, layout.padded_rows)};
+  for (const SampleRow& r : rows) {
+    if (r.logits_row < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling: logits row ", r.logits_row, " below 0"));
+    }
+    staging.sorts = staging.sorts || SampleRowDraws(r, vocab);
+  }
+  return staging;
 }
 
 SampledToken SampleOne(absl::Span<const float> logits, const SampleRow& row) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace octet {
@@ -91,6 +92,43 @@ struct SampledToken {
   // -inf; 0 unless asked for.
   float logprob = 0.0f;
 };
+
+// How a backend lays out the rows it samples (Backend::StageSample).
+struct SampleLayout {
+  // 0: the rows as given, the sort (temperature, top-k, top-p) run on
+  // those that draw. Otherwise the fixed shape a captured SampleStaged
+  // needs: the rows padded up to this many with greedy rows of logit row 0
+  // (kPaddingSampleRow), and the sort run on every row or on none.
+  int64_t padded_rows = 0;
+  // Keep room for this many rows, all drawing, so that staging up to that
+  // many never moves a buffer a capture names (a decode graph's largest
+  // bucket).
+  int64_t reserve_rows = 0;
+};
+
+// What Backend::StageSample staged.
+struct SampleStaging {
+  int64_t rows = 0;    // padding included
+  bool sorts = false;  // SampleStaged sorts rows' logits (some row draws)
+  bool moved = false;  // buffers moved: captures of SampleStaged are stale
+};
+
+// Whether `row` draws a token (its logits sorted for top-k, top-p and the
+// draw) rather than taking the argmax.
+inline bool SampleRowDraws(const SampleRow& row, int64_t vocab) {
+  return row.params.temperature != 0.0f && vocab > 1;
+}
+
+// What `rows` staged as `layout` says come to (Backend::StageSample's
+// answer, less `moved`), after checking what a backend relies on: vocab in
+// [1, 2^31), logits_row >= 0, padded_rows 0 or at least the rows' count;
+// InvalidArgument naming the first that fails. Padding rows are greedy
+// rows of logit row 0 with no history (kPaddingSampleRow).
+absl::StatusOr<SampleStaging> PlanSampleStaging(
+    int64_t vocab, absl::Span<const SampleRow> rows,
+    const SampleLayout& layout);
+inline constexpr SampleRow kPaddingSampleRow = {
+    .logits_row = 0, .params = {.temperature = 0.0f}};
 
 // Applies the repetition penalty of SampleRow to `row` in place.
 void ApplyRepetitionPenalty(absl::Span<const int32_t> history, float penalty,

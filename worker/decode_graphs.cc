@@ -1,9 +1,11 @@
 // LlamaModel's decode graphs: a decode batch is padded to a bucket size
 // (1, 2, 4, 8, then multiples of 8) with block tables as wide as the longest
-// context, so that one capture of the backend's work serves every decode of
-// that bucket. The first decode of a bucket runs as usual, the second is
-// captured, later ones replay it; a capture that fails leaves its bucket to
-// run as usual, said once.
+// context, and its sampling rows to the same count, so that one capture of
+// the backend's work, forward and sampling, serves every decode of that
+// bucket that samples alike (nothing, argmax only, or draws). The first
+// decode of a graph runs as usual, the second is captured, later ones
+// replay it; a capture that fails leaves its graph to run as usual, said
+// once.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -55,17 +57,19 @@ void LlamaModel::PadBatch(int64_t bucket, int64_t width, HostBatch& batch) {
   }
 }
 
-absl::Status LlamaModel::ComputeWithGraph(int64_t bucket,
+absl::Status LlamaModel::ComputeWithGraph(const GraphKey& key,
                                           const AttentionMetadata& meta,
                                           KvCache& cache) {
-  DecodeGraph& g = graphs_[bucket];
+  const auto [bucket, sampling] = key;
+  DecodeGraph& g = graphs_[key];
   if (g.failed || g.runs++ == 0) {
     if (!g.failed) ++graph_stats_.warmups;
-    return Compute(meta, bucket, bucket, cache, nullptr);
+    return ComputeAndSample(meta, bucket, bucket, sampling, cache, nullptr);
   }
   if (g.work == nullptr) {
     OCTET_RETURN_IF_ERROR(backend_.BeginCapture());
-    const absl::Status computed = Compute(meta, bucket, bucket, cache, nullptr);
+    const absl::Status computed =
+        ComputeAndSample(meta, bucket, bucket, sampling, cache, nullptr);
     absl::StatusOr<std::unique_ptr<CapturedWork>> work = backend_.EndCapture();
     if (!computed.ok() || !work.ok()) {
       // Not worth failing a step for: this bucket runs as usual from now.
@@ -77,7 +81,7 @@ absl::Status LlamaModel::ComputeWithGraph(int64_t bucket,
                    std::string(computed.ok() ? work.status().message()
                                              : computed.message())
                        .c_str());
-      return Compute(meta, bucket, bucket, cache, nullptr);
+      return ComputeAndSample(meta, bucket, bucket, sampling, cache, nullptr);
     }
     g.work = *std::move(work);
     ++graph_stats_.captures;

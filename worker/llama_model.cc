@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewKvCache(
 absl::Status LlamaModel::Forward(absl::Span<const SequenceStep> steps,
                                  KvCache& cache, std::vector<float>* logits,
                                  ForwardTrace* trace) {
-  OCTET_RETURN_IF_ERROR(Run(steps, cache, trace));
+  OCTET_RETURN_IF_ERROR(Run(steps, cache, {}, trace));
   OCTET_RETURN_IF_ERROR(AwaitCollectives());
   int64_t rows = 0;
   for (const SequenceStep& s : steps) {
@@ -64,13 +64,12 @@ absl::Status LlamaModel::ForwardSample(absl::Span<const SequenceStep> steps,
                        " is not one of the ", logit_rows, " rows"));
     }
   }
-  OCTET_RETURN_IF_ERROR(Run(steps, cache, nullptr));
-  // Sampling waits for the stream: the collectives first, bounded.
+  OCTET_RETURN_IF_ERROR(Run(steps, cache, rows, nullptr));
+  // The step's one wait on the stream: the collectives first, bounded.
   OCTET_RETURN_IF_ERROR(AwaitCollectives());
   tokens->resize(rows.size());
   if (rows.empty()) return backend_.Synchronize();
-  return backend_.Sample(scratch_.logits.as<float>(), config_.vocab_size, rows,
-                         tokens->data());
+  return backend_.TakeSampled(absl::MakeSpan(*tokens));
 }
 
 absl::Status LlamaModel::ScoreRows(int64_t first_row,
@@ -235,7 +234,8 @@ absl::Status LlamaModel::LmHead(int64_t num_seqs, void* logits) {
 }
 
 absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
-                             KvCache& cache, ForwardTrace* trace) {
+                             KvCache& cache, absl::Span<const SampleRow> rows,
+                             ForwardTrace* trace) {
   OCTET_ASSIGN_OR_RETURN(HostBatch batch, BuildBatch(steps, cache));
   int64_t bucket = GraphBucket(steps, trace);
   // Every captured decode has tables as wide as the longest context, so
@@ -255,9 +255,39 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     PadBatch(bucket, width, batch);
   }
   OCTET_RETURN_IF_ERROR(UploadBatch(batch));
+  OCTET_ASSIGN_OR_RETURN(const GraphSampling sampling,
+                         StageSampling(rows, bucket));
   const AttentionMetadata meta = BatchMetadata(batch, cache);
-  if (bucket > 0) return ComputeWithGraph(bucket, meta, cache);
-  return Compute(meta, batch.num_seqs(), batch.num_logit_rows(), cache, trace);
+  if (bucket > 0) return ComputeWithGraph({bucket, sampling}, meta, cache);
+  return ComputeAndSample(meta, batch.num_seqs(), batch.num_logit_rows(),
+                          sampling, cache, trace);
+}
+
+absl::StatusOr<LlamaModel::GraphSampling> LlamaModel::StageSampling(
+    absl::Span<const SampleRow> rows, int64_t bucket) {
+  if (rows.empty()) return GraphSampling::kNone;
+  // A graph's rows are padded to its bucket, with room for the largest, so
+  // that the buffers its capture names stay put.
+  const SampleLayout layout{
+      .padded_rows = bucket,
+      .reserve_rows = bucket == 0 ? 0
+                                  : DecodeGraphBucket(options_.graph_max_batch,
+                                                      options_.graph_max_batch),
+  };
+  OCTET_ASSIGN_OR_RETURN(
+      const SampleStaging staged,
+      backend_.StageSample(config_.vocab_size, rows, layout));
+  if (staged.moved && !graphs_.empty()) InvalidateGraphs();
+  return staged.sorts ? GraphSampling::kDraws : GraphSampling::kGreedy;
+}
+
+absl::Status LlamaModel::ComputeAndSample(const AttentionMetadata& meta,
+                                          int64_t num_seqs, int64_t logit_rows,
+                                          GraphSampling sampling,
+                                          KvCache& cache, ForwardTrace* trace) {
+  OCTET_RETURN_IF_ERROR(Compute(meta, num_seqs, logit_rows, cache, trace));
+  if (sampling == GraphSampling::kNone) return absl::OkStatus();
+  return backend_.SampleStaged(scratch_.logits.as<float>(), config_.vocab_size);
 }
 
 absl::Status LlamaModel::Compute(const AttentionMetadata& meta,

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -136,8 +137,10 @@ int64_t GlobalBlocks(const ModelConfig& c, int64_t k, int64_t min_width = 1);
 inline constexpr int64_t kCublasLtBlockWidth = 16;
 
 // What the decode graphs have done (tests, benchmarks).
+// A graph is a bucket and what its decodes sample (nothing, argmax only,
+// or draws too).
 struct GraphStats {
-  int64_t warmups = 0;        // a bucket's first decode: run as usual
+  int64_t warmups = 0;        // a graph's first decode: run as usual
   int64_t captures = 0;       // its second: captured
   int64_t replays = 0;        // decodes run by replaying a capture
   int64_t invalidations = 0;  // all captures dropped (scratch grew, new cache)
@@ -164,11 +167,13 @@ class LlamaModel {
                        std::vector<float>* logits,
                        ForwardTrace* trace = nullptr);
 
-  // As Forward, but chooses tokens on the device (Backend::Sample, with the
-  // rules of kernels/sampling.h) and brings back only those: one per row of
-  // `rows`, whose logits_row is a logit row (one per step, in step order, or
-  // each token's of an all_logits step). No rows: the forward alone (a rank
-  // that does not sample).
+  // As Forward, but chooses tokens on the device (Backend::StageSample,
+  // SampleStaged, TakeSampled, with the rules of kernels/sampling.h) and
+  // brings back only those: one per row of `rows`, whose logits_row is a
+  // logit row (one per step, in step order, or each token's of an
+  // all_logits step). No rows: the forward alone (a rank that does not
+  // sample). A decode through a graph samples inside it: the rows go up
+  // before the replay, and the tokens are the step's one wait.
   absl::Status ForwardSample(absl::Span<const SequenceStep> steps,
                              KvCache& cache, absl::Span<const SampleRow> rows,
                              std::vector<SampledToken>* tokens);
@@ -262,6 +267,12 @@ class LlamaModel {
       return static_cast<int64_t>(logit_rows.size());
     }
   };
+  // What a decode graph samples after the forward, which its capture fixes
+  // (SampleStaging::sorts): nothing (a rank that does not sample, or
+  // logits for the host), argmax only, or draws too.
+  enum class GraphSampling { kNone, kGreedy, kDraws };
+  // A decode graph: a bucket and what it samples.
+  using GraphKey = std::pair<int64_t, GraphSampling>;
   // A decode batch size's captured forward.
   struct DecodeGraph {
     int64_t runs = 0;  // decodes of this bucket so far
@@ -296,9 +307,11 @@ class LlamaModel {
   absl::Status ChooseRowGroupGemmWays();
 
   // The forward pass; leaves the binary32 logits [logit rows][vocab] in
-  // scratch_.logits on the device. Its steps follow, in order.
+  // scratch_.logits on the device and, when there are `rows`, their tokens
+  // sampled on the device for Backend::TakeSampled. Its steps follow, in
+  // order.
   absl::Status Run(absl::Span<const SequenceStep> steps, KvCache& cache,
-                   ForwardTrace* trace);
+                   absl::Span<const SampleRow> rows, ForwardTrace* trace);
   // The decode graph bucket for these steps, or 0 to run them as usual.
   int64_t GraphBucket(absl::Span<const SequenceStep> steps,
                       const ForwardTrace* trace) const;
@@ -306,16 +319,26 @@ class LlamaModel {
   // entries: padding rows take token 0 at position 0 and write no KV
   // (slot -1), so that a capture's shapes are fixed.
   static void PadBatch(int64_t bucket, int64_t width, HostBatch& batch);
+  // Stages `rows` for sampling after the forward (Backend::StageSample),
+  // padded to `bucket` rows for a decode graph (0: none); drops the
+  // captures when the sampling buffers moved. Answers what the step's
+  // graph samples.
+  absl::StatusOr<GraphSampling> StageSampling(absl::Span<const SampleRow> rows,
+                                              int64_t bucket);
   // The device work of a forward whose batch is uploaded: embed, layers,
   // logits.
   absl::Status Compute(const AttentionMetadata& meta, int64_t num_seqs,
                        int64_t logit_rows, KvCache& cache,
                        ForwardTrace* trace);
-  // Compute for a padded decode batch through its bucket's graph: the
-  // first decode of a bucket runs as usual (allocating and planning what it
-  // needs), the second is captured, then each replays the capture.
-  absl::Status ComputeWithGraph(int64_t bucket, const AttentionMetadata& meta,
-                                KvCache& cache);
+  // Compute, then the staged rows' sampling unless `sampling` is kNone.
+  absl::Status ComputeAndSample(const AttentionMetadata& meta, int64_t num_seqs,
+                                int64_t logit_rows, GraphSampling sampling,
+                                KvCache& cache, ForwardTrace* trace);
+  // ComputeAndSample for a padded decode batch through its graph: the first
+  // decode of a bucket and sampling runs as usual (allocating and planning
+  // what it needs), the second is captured, then each replays the capture.
+  absl::Status ComputeWithGraph(const GraphKey& key,
+                                const AttentionMetadata& meta, KvCache& cache);
   // Drops every capture (their buffers moved, or another cache is used).
   void InvalidateGraphs();
   // Checks the steps and lays out their host-side metadata.
@@ -404,7 +427,7 @@ class LlamaModel {
   DeviceBuffer inv_freq_;  // binary32 [head_dim / 2]
   std::vector<Layer> layers_;
   Scratch scratch_;
-  absl::flat_hash_map<int64_t, DecodeGraph> graphs_;  // by bucket
+  absl::flat_hash_map<GraphKey, DecodeGraph> graphs_;
   uint64_t graph_cache_id_ = 0;  // the KvCache they were captured on
   GraphStats graph_stats_;
 };

@@ -245,11 +245,25 @@ absl::Status ProfilingBackend::ScaleRows(const float* sums, int64_t rows,
     return inner_.ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype);
   });
 }
-absl::Status ProfilingBackend::Sample(const float* logits, int64_t vocab,
-                                      absl::Span<const SampleRow> rows,
-                                      SampledToken* out) {
+// Staging the rows is a copy up and taking the tokens a wait: host parts.
+absl::StatusOr<SampleStaging> ProfilingBackend::StageSample(
+    int64_t vocab, absl::Span<const SampleRow> rows,
+    const SampleLayout& layout) {
+  absl::StatusOr<SampleStaging> staged;
+  absl::Status s = Timed(StepPart::kHost, [&] {
+    staged = inner_.StageSample(vocab, rows, layout);
+    return staged.status();
+  });
+  if (!s.ok()) return s;
+  return staged;
+}
+absl::Status ProfilingBackend::SampleStaged(const float* logits,
+                                            int64_t vocab) {
   return Timed(StepPart::kSampling,
-               [&] { return inner_.Sample(logits, vocab, rows, out); });
+               [&] { return inner_.SampleStaged(logits, vocab); });
+}
+absl::Status ProfilingBackend::TakeSampled(absl::Span<SampledToken> out) {
+  return Timed(StepPart::kHost, [&] { return inner_.TakeSampled(out); });
 }
 absl::Status ProfilingBackend::InterleaveParts(const float* parts,
                                                int64_t num_parts, int64_t rows,

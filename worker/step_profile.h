@@ -168,9 +168,11 @@ class ProfilingBackend : public Backend {
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
                          void* y, DType y_dtype) override;
-  absl::Status Sample(const float* logits, int64_t vocab,
-                      absl::Span<const SampleRow> rows,
-                      SampledToken* out) override;
+  absl::StatusOr<SampleStaging> StageSample(
+      int64_t vocab, absl::Span<const SampleRow> rows,
+      const SampleLayout& layout) override;
+  absl::Status SampleStaged(const float* logits, int64_t vocab) override;
+  absl::Status TakeSampled(absl::Span<SampledToken> out) override;
   absl::Status InterleaveParts(const float* parts, int64_t num_parts,
                                int64_t rows, int64_t cols,
                                float* out) override;

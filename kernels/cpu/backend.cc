@@ -335,15 +335,50 @@ class CpuBackend : public Backend {
     }
     return absl::OkStatus();
   }
-  // The logits are host memory: each row sampled where it lies.
-  absl::Status Sample(const float* logits, int64_t vocab,
-                      absl::Span<const SampleRow> rows,
-                      SampledToken* out) override {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      out[i] = SampleOne(
-          {logits + rows[i].logits_row * vocab, static_cast<size_t>(vocab)},
-          rows[i]);
+  // Staging copies the rows and their histories, as CUDA copies them to
+  // the device; the logits are host memory: each row is sampled where it
+  // lies, with the host reference.
+  absl::StatusOr<SampleStaging> StageSample(
+      int64_t vocab, absl::Span<const SampleRow> rows,
+      const SampleLayout& layout) override {
+    absl::StatusOr<SampleStaging> plan = PlanSampleStaging(vocab, rows, layout);
+    if (!plan.ok()) return plan.status();
+    size_t history = 0;
+    for (const SampleRow& r : rows) history += r.history.size();
+    staged_history_.clear();
+    staged_history_.reserve(history);  // the spans below stay valid
+    staged_rows_.assign(rows.begin(), rows.end());
+    for (SampleRow& r : staged_rows_) {
+      const size_t begin = staged_history_.size();
+      staged_history_.insert(staged_history_.end(), r.history.begin(),
+                             r.history.end());
+      r.history = absl::MakeConstSpan(staged_history_).subspan(begin);
     }
+    staged_rows_.resize(plan->rows, kPaddingSampleRow);
+    staged_vocab_ = vocab;
+    sampled_.clear();
+    return plan;
+  }
+  absl::Status SampleStaged(const float* logits, int64_t vocab) override {
+    if (vocab != staged_vocab_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SampleStaged: vocab ", vocab, ", staged for ", staged_vocab_));
+    }
+    sampled_.resize(staged_rows_.size());
+    for (size_t i = 0; i < staged_rows_.size(); ++i) {
+      const SampleRow& r = staged_rows_[i];
+      sampled_[i] = SampleOne(
+          {logits + r.logits_row * vocab, static_cast<size_t>(vocab)}, r);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status TakeSampled(absl::Span<SampledToken> out) override {
+    if (out.size() > sampled_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TakeSampled: ", out.size(), " tokens asked, ",
+                       sampled_.size(), " sampled"));
+    }
+    std::copy_n(sampled_.begin(), out.size(), out.begin());
     return absl::OkStatus();
   }
   absl::Status InterleaveParts(const float* parts, int64_t num_parts,
@@ -463,6 +498,12 @@ class CpuBackend : public Backend {
   const int threads_;
   absl::flat_hash_map<void*, size_t> sizes_;
   std::vector<float> row_scales_;  // per-row activation scales
+  // StageSample's rows, their histories (the rows' spans point here) and
+  // vocabulary; SampleStaged's tokens.
+  std::vector<SampleRow> staged_rows_;
+  std::vector<int32_t> staged_history_;
+  int64_t staged_vocab_ = 0;
+  std::vector<SampledToken> sampled_;
 };
 
 }  // namespace

@@ -391,12 +391,21 @@ class CudaBackend : public Backend {
         q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
         y_dtype, stream_);
   }
-  absl::Status Sample(const float* logits, int64_t vocab,
-                      absl::Span<const SampleRow> rows,
-                      SampledToken* out) override {
+  absl::StatusOr<SampleStaging> StageSample(
+      int64_t vocab, absl::Span<const SampleRow> rows,
+      const SampleLayout& layout) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    OCTET_RETURN_IF_ERROR(NotCapturing("Sample"));
-    return sampler_->Sample(logits, vocab, rows, out, stream_);
+    OCTET_RETURN_IF_ERROR(NotCapturing("StageSample"));
+    return sampler_->Stage(vocab, rows, layout, stream_);
+  }
+  absl::Status SampleStaged(const float* logits, int64_t vocab) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return sampler_->Run(logits, vocab, stream_);
+  }
+  absl::Status TakeSampled(absl::Span<SampledToken> out) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    OCTET_RETURN_IF_ERROR(NotCapturing("TakeSampled"));
+    return sampler_->Take(out, stream_);
   }
   // Capture is CUDA stream capture on the backend's stream (thread-local
   // mode: other threads' CUDA calls are not affected); the work is a CUDA

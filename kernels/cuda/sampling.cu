@@ -28,7 +28,8 @@ struct DeviceRow {
   int64_t top_k;
   float temperature, top_p, penalty;
   int32_t history_begin, history_end;
-  int32_t segment;  // its segment of the sort; -1 for a greedy row
+  int32_t segment;  // its segment of the sort, or -1
+  int32_t greedy;   // 1: the argmax (a sorted greedy row ignores its sort)
   int32_t logprob;  // 1: return the log-probability
 };
 
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kDrawThreads)
   __shared__ TempStorage tmp;
   const DeviceRow r = rows[blockIdx.x];
   const float* x = penalized + blockIdx.x * vocab;
-  const int32_t id = r.segment < 0
+  const int32_t id = r.greedy
                          ? BlockArgmax(x, vocab, tmp)
                          : Draw(r, sorted_keys + r.segment * vocab,
                                 sorted_ids + r.segment * vocab, x, vocab, tmp);
@@ -232,27 +233,29 @@ __global__ void __launch_bounds__(kDrawThreads)
 // staging buffer.
 size_t Align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// A call's rows laid out for the device: each row's parameters, the
-// histories of the rows with a repetition penalty, and the sort's segment
-// offsets (one segment per row that draws).
+// A staging's rows laid out for the device: each row's parameters, the
+// sort's segment offsets, and the histories of the rows with a repetition
+// penalty.
 struct HostRows {
   std::vector<DeviceRow> rows;
-  std::vector<int32_t> history;
   std::vector<int32_t> offsets;  // segments + 1
+  std::vector<int32_t> history;
   int64_t segments = 0;
 };
 
+// `rows` padded to plan.rows (kPaddingSampleRow), a sort segment for each
+// row that draws or, in a fixed layout, for every row when plan.sorts.
 absl::StatusOr<HostRows> LayOutRows(absl::Span<const SampleRow> rows,
-                                    int64_t vocab) {
-  if (vocab <= 0 || vocab > INT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaSampler: vocab ", vocab, " outside [1, 2^31)"));
-  }
+                                    int64_t vocab, const SampleStaging& plan,
+                                    bool fixed) {
   HostRows h;
-  h.rows.resize(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const SampleRow& s = rows[i];
-    const bool greedy = s.params.temperature == 0.0f || vocab == 1;
+  h.rows.resize(plan.rows);
+  for (int64_t i = 0; i < plan.rows; ++i) {
+    const SampleRow& s = i < static_cast<int64_t>(rows.size())
+                             ? rows[i]
+                             : kPaddingSampleRow;
+    const bool draws = SampleRowDraws(s, vocab);
+    const bool sorted = fixed ? plan.sorts : draws;
     h.rows[i] = DeviceRow{
         .logits_row = s.logits_row,
         .seed = s.params.seed,
@@ -263,17 +266,22 @@ absl::StatusOr<HostRows> LayOutRows(absl::Span<const SampleRow> rows,
         .penalty = s.repetition_penalty,
         .history_begin = static_cast<int32_t>(h.history.size()),
         .history_end = 0,
-        .segment = greedy ? -1 : static_cast<int32_t>(h.segments++),
+        .segment = sorted ? static_cast<int32_t>(h.segments++) : -1,
+        .greedy = draws ? 0 : 1,
         .logprob = s.logprob ? 1 : 0,
     };
     if (s.repetition_penalty != 1.0f) {
       h.history.insert(h.history.end(), s.history.begin(), s.history.end());
     }
+    if (h.history.size() > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          "CudaSampler: histories longer than 2^31 tokens in all");
+    }
     h.rows[i].history_end = static_cast<int32_t>(h.history.size());
   }
   if (h.segments * vocab > INT32_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat("CudaSampler: ", h.segments, " drawing rows of ", vocab,
+        absl::StrCat("CudaSampler: ", h.segments, " sorted rows of ", vocab,
                      " logits are more than one sort takes"));
   }
   h.offsets.resize(h.segments + 1);
@@ -283,16 +291,18 @@ absl::StatusOr<HostRows> LayOutRows(absl::Span<const SampleRow> rows,
   return h;
 }
 
-// Where the staged rows are on the device.
-struct StagedRows {
-  const DeviceRow* rows;
-  const int32_t* history;
-  const int32_t* offsets;
-};
+// Room for a staging's histories: a power of two of at least 4096 tokens,
+// so that histories growing by a token a step move the buffer seldom.
+size_t HistoryRoom(size_t tokens) {
+  size_t room = 4096;
+  while (room < tokens) room *= 2;
+  return room;
+}
 
 }  // namespace
 
-// Device and pinned buffers, grown to the largest call and kept.
+// Device and pinned buffers, grown to the largest staging and kept, and
+// where the last staging put its rows.
 struct CudaSampler::Scratch {
   ~Scratch() {
     for (void* p : {penalized, keys, keys_sorted, ids, ids_sorted, sort_temp,
@@ -303,35 +313,42 @@ struct CudaSampler::Scratch {
     if (host_results != nullptr) cudaFreeHost(host_results);
   }
 
-  // Grows the device buffer `p` of `*have` bytes to at least `want`.
-  static absl::Status Grow(void** p, size_t* have, size_t want) {
+  // Grows the device buffer `p` of `*have` bytes to at least `want`;
+  // *moved when it did.
+  static absl::Status Grow(void** p, size_t* have, size_t want, bool* moved) {
     if (*have >= want) return absl::OkStatus();
     if (*p != nullptr) cudaFree(*p);  // waits for the kernels using it
     *p = nullptr;
     *have = 0;
+    *moved = true;
     OCTET_CUDA_RETURN_IF_ERROR(cudaMalloc(p, want));
     *have = want;
     return absl::OkStatus();
   }
-  static absl::Status GrowPinned(void** p, size_t* have, size_t want) {
+  static absl::Status GrowPinned(void** p, size_t* have, size_t want,
+                                 bool* moved) {
     if (*have >= want) return absl::OkStatus();
     if (*p != nullptr) cudaFreeHost(*p);
     *p = nullptr;
     *have = 0;
+    *moved = true;
     OCTET_CUDA_RETURN_IF_ERROR(cudaMallocHost(p, want));
     *have = want;
     return absl::OkStatus();
   }
 
-  // Sends the rows' layout up in one copy through pinned memory.
-  absl::StatusOr<StagedRows> Stage(const HostRows& h, cudaStream_t stream);
-  // Grows the work buffers for `n` rows, `segments` of them drawing.
-  absl::Status GrowWork(int64_t n, int64_t segments, int64_t vocab);
-  // Sorts each drawing row's keys with their ids, descending, stably.
-  absl::Status SortSegments(int64_t segments, int64_t vocab,
-                            const int32_t* d_offsets, cudaStream_t stream);
-  // Brings the `n` results back and waits for the stream.
-  absl::Status Fetch(int64_t n, SampledToken* out, cudaStream_t stream);
+  // Grows the work buffers for `n` rows, `segments` of them sorted, and the
+  // sort's scratch for those segments.
+  absl::Status GrowWork(int64_t n, int64_t segments, int64_t vocab,
+                        bool* moved);
+  // The sort's scratch bytes for `segments` rows of `vocab` keys.
+  absl::StatusOr<size_t> SortTempBytes(int64_t segments, int64_t vocab);
+  // Sends `h` up in one copy through pinned memory, with room for
+  // `room_rows` rows and `room_segments` segments; sets `staged_rows`.
+  absl::Status Upload(const HostRows& h, int64_t room_rows,
+                      int64_t room_segments, cudaStream_t stream, bool* moved);
+  // Sorts each segment's keys with their ids, descending, stably.
+  absl::Status SortSegments(cudaStream_t stream);
 
   // [rows][vocab] penalized logits; [segments][vocab] keys and ids, before
   // and after the sort; the sort's own scratch.
@@ -339,12 +356,18 @@ struct CudaSampler::Scratch {
   void *ids = nullptr, *ids_sorted = nullptr, *sort_temp = nullptr;
   size_t penalized_bytes = 0, keys_bytes = 0, keys_sorted_bytes = 0;
   size_t ids_bytes = 0, ids_sorted_bytes = 0, sort_temp_bytes = 0;
-  // What goes up in one copy: rows, histories, segment offsets; and what
+  // What goes up in one copy: rows, segment offsets, histories; and what
   // comes back: one result per row.
   void *staged = nullptr, *host_staging = nullptr;
   size_t staged_bytes = 0, host_staging_bytes = 0;
   void *results = nullptr, *host_results = nullptr;
   size_t results_bytes = 0, host_results_bytes = 0;
+
+  // The last staging: its shape, and where its pieces are on the device.
+  int64_t staged_rows = 0, staged_segments = 0, staged_vocab = 0;
+  const DeviceRow* rows = nullptr;
+  const int32_t* offsets = nullptr;
+  const int32_t* history = nullptr;
 };
 
 CudaSampler::CudaSampler(std::unique_ptr<Scratch> scratch)
@@ -356,34 +379,22 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create() {
       new CudaSampler(std::make_unique<Scratch>()));
 }
 
-absl::StatusOr<StagedRows> CudaSampler::Scratch::Stage(const HostRows& h,
-                                                       cudaStream_t stream) {
-  const size_t rows_bytes = Align(h.rows.size() * sizeof(DeviceRow));
-  const size_t history_bytes = Align(h.history.size() * sizeof(int32_t));
-  const size_t offsets_bytes = Align(h.offsets.size() * sizeof(int32_t));
-  const size_t staged_size = rows_bytes + history_bytes + offsets_bytes;
-  OCTET_RETURN_IF_ERROR(
-      GrowPinned(&host_staging, &host_staging_bytes, staged_size));
-  OCTET_RETURN_IF_ERROR(Grow(&staged, &staged_bytes, staged_size));
-  char* host = static_cast<char*>(host_staging);
-  std::memcpy(host, h.rows.data(), h.rows.size() * sizeof(DeviceRow));
-  std::memcpy(host + rows_bytes, h.history.data(),
-              h.history.size() * sizeof(int32_t));
-  std::memcpy(host + rows_bytes + history_bytes, h.offsets.data(),
-              h.offsets.size() * sizeof(int32_t));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged, host, staged_size,
-                                             cudaMemcpyHostToDevice, stream));
-  const char* dev = static_cast<const char*>(staged);
-  return StagedRows{
-      .rows = reinterpret_cast<const DeviceRow*>(dev),
-      .history = reinterpret_cast<const int32_t*>(dev + rows_bytes),
-      .offsets =
-          reinterpret_cast<const int32_t*>(dev + rows_bytes + history_bytes),
-  };
+absl::StatusOr<size_t> CudaSampler::Scratch::SortTempBytes(int64_t segments,
+                                                           int64_t vocab) {
+  if (segments == 0) return size_t{0};
+  size_t bytes = 0;
+  // A size query: no work is queued and no pointer is read.
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cub::DeviceSegmentedSort::StableSortPairsDescending(
+          nullptr, bytes, static_cast<const float*>(keys),
+          static_cast<float*>(keys_sorted), static_cast<const int32_t*>(ids),
+          static_cast<int32_t*>(ids_sorted), segments * vocab, segments,
+          offsets, offsets + 1, cudaStream_t{}));
+  return bytes;
 }
 
 absl::Status CudaSampler::Scratch::GrowWork(int64_t n, int64_t segments,
-                                            int64_t vocab) {
+                                            int64_t vocab, bool* moved) {
   const size_t row_floats = static_cast<size_t>(vocab) * sizeof(float);
   for (auto [p, have, want] :
        {std::tuple{&penalized, &penalized_bytes, n * row_floats},
@@ -392,67 +403,121 @@ absl::Status CudaSampler::Scratch::GrowWork(int64_t n, int64_t segments,
         std::tuple{&ids, &ids_bytes, segments * row_floats},
         std::tuple{&ids_sorted, &ids_sorted_bytes, segments * row_floats},
         std::tuple{&results, &results_bytes, n * sizeof(DeviceResult)}}) {
-    OCTET_RETURN_IF_ERROR(Grow(p, have, std::max<size_t>(want, 256)));
+    OCTET_RETURN_IF_ERROR(Grow(p, have, std::max<size_t>(want, 256), moved));
   }
+  OCTET_ASSIGN_OR_RETURN(const size_t temp, SortTempBytes(segments, vocab));
+  OCTET_RETURN_IF_ERROR(Grow(&sort_temp, &sort_temp_bytes,
+                             std::max<size_t>(temp, 256), moved));
+  return GrowPinned(&host_results, &host_results_bytes,
+                    n * sizeof(DeviceResult), moved);
+}
+
+absl::Status CudaSampler::Scratch::Upload(const HostRows& h, int64_t room_rows,
+                                          int64_t room_segments,
+                                          cudaStream_t stream, bool* moved) {
+  const size_t rows_bytes = Align(h.rows.size() * sizeof(DeviceRow));
+  const size_t offsets_bytes = Align(h.offsets.size() * sizeof(int32_t));
+  const size_t history_bytes = h.history.size() * sizeof(int32_t);
+  const size_t used = rows_bytes + offsets_bytes + history_bytes;
+  const size_t room = Align(room_rows * sizeof(DeviceRow)) +
+                      Align((room_segments + 1) * sizeof(int32_t)) +
+                      HistoryRoom(h.history.size()) * sizeof(int32_t);
+  OCTET_RETURN_IF_ERROR(
+      GrowPinned(&host_staging, &host_staging_bytes, room, moved));
+  OCTET_RETURN_IF_ERROR(Grow(&staged, &staged_bytes, room, moved));
+  char* host = static_cast<char*>(host_staging);
+  std::memcpy(host, h.rows.data(), h.rows.size() * sizeof(DeviceRow));
+  std::memcpy(host + rows_bytes, h.offsets.data(),
+              h.offsets.size() * sizeof(int32_t));
+  std::memcpy(host + rows_bytes + offsets_bytes, h.history.data(),
+              history_bytes);
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(staged, host, used, cudaMemcpyHostToDevice, stream));
+  const char* dev = static_cast<const char*>(staged);
+  rows = reinterpret_cast<const DeviceRow*>(dev);
+  offsets = reinterpret_cast<const int32_t*>(dev + rows_bytes);
+  history = reinterpret_cast<const int32_t*>(dev + rows_bytes + offsets_bytes);
   return absl::OkStatus();
 }
 
-absl::Status CudaSampler::Scratch::SortSegments(int64_t segments, int64_t vocab,
-                                                const int32_t* d_offsets,
-                                                cudaStream_t stream) {
-  if (segments == 0) return absl::OkStatus();
-  auto* k = static_cast<float*>(keys);
-  auto* k_sorted = static_cast<float*>(keys_sorted);
-  auto* i = static_cast<int32_t*>(ids);
-  auto* i_sorted = static_cast<int32_t*>(ids_sorted);
-  size_t temp_bytes = 0;
+absl::Status CudaSampler::Scratch::SortSegments(cudaStream_t stream) {
+  if (staged_segments == 0) return absl::OkStatus();
+  size_t temp_bytes = sort_temp_bytes;
   OCTET_CUDA_RETURN_IF_ERROR(
       cub::DeviceSegmentedSort::StableSortPairsDescending(
-          nullptr, temp_bytes, k, k_sorted, i, i_sorted, segments * vocab,
-          segments, d_offsets, d_offsets + 1, stream));
-  OCTET_RETURN_IF_ERROR(
-      Grow(&sort_temp, &sort_temp_bytes, std::max<size_t>(temp_bytes, 256)));
-  OCTET_CUDA_RETURN_IF_ERROR(
-      cub::DeviceSegmentedSort::StableSortPairsDescending(
-          sort_temp, temp_bytes, k, k_sorted, i, i_sorted, segments * vocab,
-          segments, d_offsets, d_offsets + 1, stream));
+          sort_temp, temp_bytes, static_cast<const float*>(keys),
+          static_cast<float*>(keys_sorted), static_cast<const int32_t*>(ids),
+          static_cast<int32_t*>(ids_sorted), staged_segments * staged_vocab,
+          staged_segments, offsets, offsets + 1, stream));
   return absl::OkStatus();
 }
 
-absl::Status CudaSampler::Scratch::Fetch(int64_t n, SampledToken* out,
-                                         cudaStream_t stream) {
-  const size_t result_bytes = n * sizeof(DeviceResult);
-  OCTET_RETURN_IF_ERROR(
-      GrowPinned(&host_results, &host_results_bytes, result_bytes));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      host_results, results, result_bytes, cudaMemcpyDeviceToHost, stream));
-  OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  const auto* r = static_cast<const DeviceResult*>(host_results);
-  for (int64_t i = 0; i < n; ++i) out[i] = SampledToken{r[i].id, r[i].logprob};
-  return absl::OkStatus();
-}
-
-absl::Status CudaSampler::Sample(const float* d_logits, int64_t vocab,
-                                 absl::Span<const SampleRow> rows,
-                                 SampledToken* out, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(rows.size());
-  if (n == 0) return absl::OkStatus();
-  OCTET_ASSIGN_OR_RETURN(const HostRows h, LayOutRows(rows, vocab));
+absl::StatusOr<SampleStaging> CudaSampler::Stage(
+    int64_t vocab, absl::Span<const SampleRow> rows, const SampleLayout& layout,
+    cudaStream_t stream) {
+  OCTET_ASSIGN_OR_RETURN(SampleStaging plan,
+                         PlanSampleStaging(vocab, rows, layout));
+  OCTET_ASSIGN_OR_RETURN(const HostRows h,
+                         LayOutRows(rows, vocab, plan, layout.padded_rows > 0));
   Scratch& m = *scratch_;
-  OCTET_ASSIGN_OR_RETURN(const StagedRows d, m.Stage(h, stream));
-  OCTET_RETURN_IF_ERROR(m.GrowWork(n, h.segments, vocab));
-  PenalizeKernel<<<static_cast<unsigned>(n), kPenalizeThreads, 0, stream>>>(
-      d_logits, vocab, d.rows, d.history, static_cast<float*>(m.penalized),
+  // Room for this staging and for `reserve_rows` rows, all sorted.
+  const int64_t room_rows = std::max(plan.rows, layout.reserve_rows);
+  const int64_t room_segments = std::max(h.segments, layout.reserve_rows);
+  bool moved = false;
+  m.staged_rows = 0;  // until the buffers hold this staging
+  OCTET_RETURN_IF_ERROR(m.GrowWork(room_rows, room_segments, vocab, &moved));
+  OCTET_RETURN_IF_ERROR(
+      m.Upload(h, room_rows, room_segments, stream, &moved));
+  m.staged_rows = plan.rows;
+  m.staged_segments = h.segments;
+  m.staged_vocab = vocab;
+  plan.moved = moved;
+  return plan;
+}
+
+absl::Status CudaSampler::Run(const float* d_logits, int64_t vocab,
+                              cudaStream_t stream) {
+  Scratch& m = *scratch_;
+  if (m.staged_rows == 0) {
+    return absl::FailedPreconditionError("CudaSampler::Run: nothing staged");
+  }
+  if (vocab != m.staged_vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaSampler::Run: vocab ", vocab, ", staged for ",
+                     m.staged_vocab));
+  }
+  const auto n = static_cast<unsigned>(m.staged_rows);
+  PenalizeKernel<<<n, kPenalizeThreads, 0, stream>>>(
+      d_logits, vocab, m.rows, m.history, static_cast<float*>(m.penalized),
       static_cast<float*>(m.keys), static_cast<int32_t*>(m.ids));
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  OCTET_RETURN_IF_ERROR(m.SortSegments(h.segments, vocab, d.offsets, stream));
-  DrawKernel<<<static_cast<unsigned>(n), kDrawThreads, 0, stream>>>(
-      d.rows, static_cast<const float*>(m.penalized), vocab,
+  OCTET_RETURN_IF_ERROR(m.SortSegments(stream));
+  DrawKernel<<<n, kDrawThreads, 0, stream>>>(
+      m.rows, static_cast<const float*>(m.penalized), vocab,
       static_cast<const float*>(m.keys_sorted),
       static_cast<const int32_t*>(m.ids_sorted),
       static_cast<DeviceResult*>(m.results));
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return m.Fetch(n, out, stream);
+  OCTET_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(m.host_results, m.results, n * sizeof(DeviceResult),
+                      cudaMemcpyDeviceToHost, stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSampler::Take(absl::Span<SampledToken> out,
+                               cudaStream_t stream) {
+  Scratch& m = *scratch_;
+  if (static_cast<int64_t>(out.size()) > m.staged_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaSampler::Take: ", out.size(), " tokens asked, ",
+                     m.staged_rows, " staged"));
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  const auto* r = static_cast<const DeviceResult*>(m.host_results);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = SampledToken{r[i].id, r[i].logprob};
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace octet

@@ -2,28 +2,38 @@
 // penalty, greedy, temperature, top-k, top-p, log-probabilities) as kernels,
 // so that only token ids and log-probabilities cross to the host.
 //
-// One call, on one stream:
-//  1. The rows' parameters and histories go up in one copy from pinned host
-//     memory.
-//  2. PenalizeKernel, a block per row: the penalized logits, and for rows
-//     that draw, sort keys (NaN as -inf, -0 as +0) and their ids.
-//  3. The drawing rows' keys are sorted descending and stably (CUB's
-//     segmented sort): the host's order, larger first, lower id on ties.
-//  4. DrawKernel, a block per row: greedy rows take the argmax (the
-//     ArgmaxIndex rule); drawing rows walk their sorted keys with the host's
-//     arithmetic (binary64 softmax at the temperature, top-k cut, nucleus
-//     cut, one UniformDraw of (seed, position)) through block-wide prefix
-//     sums; then the log-probability where asked.
-//  5. Ids and log-probabilities come back in one copy to pinned memory: the
-//     one host synchronisation.
+// Three calls on one stream, as Backend::StageSample, SampleStaged and
+// TakeSampled (kernels/backend.h):
+//  Stage (host work): the rows' parameters, the sort's segment offsets and
+//    the histories go up in one copy from pinned host memory; every buffer
+//    the next Run needs is grown here, never there.
+//  Run (device work, capturable):
+//   1. PenalizeKernel, a block per row: the penalized logits, and for rows
+//      with a sort segment, sort keys (NaN as -inf, -0 as +0) and their ids.
+//   2. The segments' keys are sorted descending and stably (CUB's
+//      segmented sort): the host's order, larger first, lower id on ties.
+//      Below CUB's partitioning threshold (300 segments) it only launches
+//      kernels, so a graph can hold it.
+//   3. DrawKernel, a block per row: greedy rows take the argmax (the
+//      ArgmaxIndex rule); drawing rows walk their sorted keys with the
+//      host's arithmetic (binary64 softmax at the temperature, top-k cut,
+//      nucleus cut, one UniformDraw of (seed, position)) through block-wide
+//      prefix sums; then the log-probability where asked.
+//   4. Ids and log-probabilities are copied to pinned host memory.
+//  Take (host): waits for the stream and reads them: the step's one host
+//    synchronisation.
+// As SampleLayout says, rows staged as given get segments only where they
+// draw; a fixed layout (a decode graph's) pads them and gives every row a
+// segment or none, so that one capture of Run serves each staging of the
+// same shape.
 // Where the host adds in order, the kernels add in a tree, so a draw that
 // falls within rounding of the boundary between two tokens may take the
 // neighbour: both implementations pass the same tests
 // (tests/kernels/backend_sampling_test.cc), not always with the same bits.
 //
-// Scratch (device and pinned) grows to the largest call and is kept; a
-// steady batch size allocates nothing. One sampler serves one stream at a
-// time.
+// Buffers (device and pinned) grow to the largest staging and are kept; a
+// steady batch size allocates nothing, and a staging that grows one says so
+// (SampleStaging::moved). One sampler serves one stream at a time.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -45,11 +55,14 @@ class CudaSampler {
   CudaSampler(const CudaSampler&) = delete;
   CudaSampler& operator=(const CudaSampler&) = delete;
 
-  // As Backend::Sample: d_logits is device binary32 [*][vocab]; out[i] (host)
-  // receives row i's token. Waits for the stream.
-  absl::Status Sample(const float* d_logits, int64_t vocab,
-                      absl::Span<const SampleRow> rows, SampledToken* out,
-                      cudaStream_t stream);
+  // As Backend::StageSample, Backend::SampleStaged and Backend::TakeSampled,
+  // on `stream`: d_logits is device binary32 [*][vocab].
+  absl::StatusOr<SampleStaging> Stage(int64_t vocab,
+                                      absl::Span<const SampleRow> rows,
+                                      const SampleLayout& layout,
+                                      cudaStream_t stream);
+  absl::Status Run(const float* d_logits, int64_t vocab, cudaStream_t stream);
+  absl::Status Take(absl::Span<SampledToken> out, cudaStream_t stream);
 
  private:
   struct Scratch;  // sampling.cu

@@ -12,7 +12,11 @@
 // determinism in (seed, position) whatever the batch, and, on vocabularies
 // of real size, agreement with the host reference SampleOne: every token on
 // the CPU, all but draws within rounding of a boundary on a GPU (whose sums
-// run in a different order; kernels/cuda/sampling.h).
+// run in a different order; kernels/cuda/sampling.h). Then the three calls
+// Sample is made of (StageSample, SampleStaged, TakeSampled) as a decode
+// graph uses them: a fixed, padded layout gives the tokens of the rows as
+// given, and one capture of SampleStaged serves later stagings (on the CPU
+// through tests/worker/capturing_backend.h, on CUDA as a CUDA graph).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +29,7 @@
 #include "kernels/cpu/backend.h"
 #include "kernels/sampling.h"
 #include "tests/status_util.h"
+#include "tests/worker/capturing_backend.h"
 
 #ifdef OCTET_SAMPLING_ON_CUDA
 #include "kernels/cuda/backend.h"
@@ -72,6 +77,16 @@ class BackendSampling : public ::testing::Test {
         backend_->Sample(d->as<float>(), vocab, rows, out.data());
     EXPECT_TRUE(s.ok()) << s;
     return out;
+  }
+  // `values` on the backend's device.
+  DeviceBuffer Upload(const std::vector<float>& values) {
+    absl::StatusOr<DeviceBuffer> d =
+        backend_->Allocate(values.size() * sizeof(float));
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return DeviceBuffer();
+    OCTET_EXPECT_OK(backend_->CopyToDevice(d->data(), values.data(),
+                                           values.size() * sizeof(float)));
+    return *std::move(d);
   }
   std::vector<int32_t> Ids(const std::vector<float>& logits, int64_t vocab,
                            const std::vector<SampleRow>& rows) {
@@ -312,6 +327,133 @@ TEST_F(OCTET_SAMPLING_SUITE, AgreesWithTheHostReferenceOnRealVocabularies) {
         "[ measured ] vocab %lld: %d of %zu tokens differ from the host "
         "reference; max |logprob error| %.3g\n",
         static_cast<long long>(vocab), differ, rows.size(), max_logprob_err);
+  }
+}
+
+// Logits [rows][vocab] in [-10, 10) with many ties, from `seed`.
+std::vector<float> TiedLogits(int64_t rows, int64_t vocab, uint64_t seed) {
+  std::vector<float> logits(rows * vocab);
+  for (float& v : logits) {
+    seed = SplitMix64(seed);
+    v = static_cast<float>((seed >> 40) % 2000) / 100.0f - 10.0f;
+  }
+  return logits;
+}
+
+// Every kind of row over `logit_rows` logit rows: greedy, drawn, top-k,
+// top-p, penalized, with log-probabilities; positions from `position`.
+std::vector<SampleRow> MixedRows(int n, int64_t logit_rows, int64_t position,
+                                 absl::Span<const int32_t> history) {
+  const std::vector<SamplingParams> params = {
+      {.temperature = 0.0f},
+      {.temperature = 1.0f, .seed = 1},
+      {.temperature = 0.7f, .top_p = 0.9f, .seed = 2},
+      {.temperature = 1.3f, .top_k = 50, .seed = 3}};
+  std::vector<SampleRow> rows;
+  for (int i = 0; i < n; ++i) {
+    SampleRow r = Row(i % logit_rows, params[i % params.size()], position + i);
+    r.repetition_penalty = i % 3 == 2 ? 1.3f : 1.0f;
+    r.history = history;
+    r.logprob = i % 2 == 1;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// A decode graph stages its rows padded to its bucket, every row sorted or
+// none (SampleLayout): their tokens are those of the rows staged as given,
+// bit for bit (the same kernels; sorting a greedy row changes nothing).
+TEST_F(OCTET_SAMPLING_SUITE, AFixedLayoutSamplesWhatTheRowsAsGivenDo) {
+  const int64_t vocab = 1000, logit_rows = 5;
+  const std::vector<float> logits = TiedLogits(logit_rows, vocab, 7);
+  const std::vector<int32_t> history = {3, 999, 3, 500, 12};
+  DeviceBuffer d = Upload(logits);
+  for (bool draws : {true, false}) {
+    std::vector<SampleRow> rows = MixedRows(5, logit_rows, 40, history);
+    if (!draws) {
+      for (SampleRow& r : rows) r.params.temperature = 0.0f;
+    }
+    const std::vector<SampledToken> want = Sample(logits, vocab, rows);
+    for (int64_t padded : {5, 8}) {
+      absl::StatusOr<SampleStaging> staged = backend_->StageSample(
+          vocab, rows, {.padded_rows = padded, .reserve_rows = 16});
+      ASSERT_TRUE(staged.ok()) << staged.status();
+      EXPECT_EQ(staged->rows, padded);
+      EXPECT_EQ(staged->sorts, draws);
+      OCTET_ASSERT_OK(backend_->SampleStaged(d.as<float>(), vocab));
+      std::vector<SampledToken> got(rows.size());
+      OCTET_ASSERT_OK(backend_->TakeSampled(absl::MakeSpan(got)));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_EQ(got[i].id, want[i].id) << "row " << i << " of " << padded;
+        EXPECT_EQ(got[i].logprob, want[i].logprob) << "row " << i;
+      }
+    }
+  }
+}
+
+TEST_F(OCTET_SAMPLING_SUITE, AStagingThatCannotHoldIsRefused) {
+  const std::vector<SampleRow> three = Draws({.temperature = 0.0f}, 3);
+  auto code = [&](int64_t vocab, absl::Span<const SampleRow> rows,
+                  SampleLayout layout) {
+    return backend_->StageSample(vocab, rows, layout).status().code();
+  };
+  EXPECT_EQ(code(4, three, {.padded_rows = 2}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(0, three, {}), absl::StatusCode::kInvalidArgument);
+  std::vector<SampleRow> bad = three;
+  bad[1].logits_row = -1;
+  EXPECT_EQ(code(4, bad, {}), absl::StatusCode::kInvalidArgument);
+  // More tokens than were staged.
+  DeviceBuffer d = Upload({1.0f, 2.0f, 3.0f, 4.0f});
+  ASSERT_TRUE(backend_->StageSample(4, three, {}).ok());
+  OCTET_ASSERT_OK(backend_->SampleStaged(d.as<float>(), 4));
+  std::vector<SampledToken> four(4);
+  EXPECT_EQ(backend_->TakeSampled(absl::MakeSpan(four)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// What a decode graph relies on: SampleStaged captured once samples, at
+// each replay, whatever was staged since in the same shape, as long as no
+// staging moved the buffers; histories that grow a token a step do not.
+TEST_F(OCTET_SAMPLING_SUITE, ACapturedSamplingServesLaterStagingsOfItsShape) {
+#ifdef OCTET_SAMPLING_ON_CUDA
+  Backend& b = *backend_;  // CUDA graphs
+#else
+  testing::CapturingBackend capturing(NewCpuBackend());
+  Backend& b = capturing;
+#endif
+  ASSERT_TRUE(b.can_capture());
+  const int64_t vocab = 32000, logit_rows = 6;
+  const SampleLayout layout{.padded_rows = 8, .reserve_rows = 8};
+  absl::StatusOr<DeviceBuffer> d = b.Allocate(logit_rows * vocab * 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::vector<int32_t> history = {5, 17, 17, 31999, 4, 100};
+  ASSERT_TRUE(
+      b.StageSample(vocab, MixedRows(6, logit_rows, 0, history), layout).ok());
+  OCTET_ASSERT_OK(b.BeginCapture());
+  OCTET_ASSERT_OK(b.SampleStaged(d->as<float>(), vocab));
+  absl::StatusOr<std::unique_ptr<CapturedWork>> work = b.EndCapture();
+  ASSERT_TRUE(work.ok()) << work.status();
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> logits = TiedLogits(logit_rows, vocab, 11 + step);
+    OCTET_ASSERT_OK(
+        b.CopyToDevice(d->data(), logits.data(), logits.size() * 4));
+    history.push_back(7 * step);
+    const std::vector<SampleRow> rows =
+        MixedRows(6, logit_rows, 100 * step, history);
+    std::vector<SampledToken> want(rows.size());
+    OCTET_ASSERT_OK(b.Sample(d->as<float>(), vocab, rows, want.data()));
+    absl::StatusOr<SampleStaging> staged = b.StageSample(vocab, rows, layout);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_FALSE(staged->moved) << "step " << step;
+    EXPECT_TRUE(staged->sorts);
+    OCTET_ASSERT_OK((*work)->Replay());
+    std::vector<SampledToken> got(rows.size());
+    OCTET_ASSERT_OK(b.TakeSampled(absl::MakeSpan(got)));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(got[i].id, want[i].id) << "step " << step << " row " << i;
+      EXPECT_EQ(got[i].logprob, want[i].logprob) << "step " << step;
+    }
   }
 }
 

@@ -1161,9 +1161,11 @@ absl::StatusOr<Output> RunScaleRowsUnscaled(Backend& b, const Env&) {
 }
 
 // Sample on binary32 logits: greedy, temperature, top-k, top-p, penalty,
-// with log-probabilities. Ids bit for bit: the draws of these few rows are
-// far from a boundary between tokens (a GPU's sums in another order could
-// otherwise move one; tests/kernels/backend_sampling_test.cc has the rest).
+// with log-probabilities, the rows as given and in a decode graph's fixed
+// layout (StageSample, SampleStaged, TakeSampled). Ids bit for bit: the draws
+// of these few rows are far from a boundary between tokens (a GPU's sums in
+// another order could otherwise move one;
+// tests/kernels/backend_sampling_test.cc has the rest).
 absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
   const int64_t rows = 4, vocab = 1000;
   const std::vector<float> x = F32Values(rows * vocab, 77, 4.0f);
@@ -1181,12 +1183,20 @@ absl::StatusOr<Output> RunSample(Backend& b, const Env&) {
     r.logprob = true;
     sample.push_back(r);
   }
-  std::vector<SampledToken> out(sample.size());
+  // The rows as given (Sample), then as a decode graph stages them: padded
+  // to 16, every row sorted.
+  std::vector<SampledToken> out(sample.size()), fixed(sample.size());
   OCTET_RETURN_IF_ERROR(b.Sample(dx.as<float>(), vocab, sample, out.data()));
+  OCTET_RETURN_IF_ERROR(
+      b.StageSample(vocab, sample, {.padded_rows = 16, .reserve_rows = 16})
+          .status());
+  OCTET_RETURN_IF_ERROR(b.SampleStaged(dx.as<float>(), vocab));
+  OCTET_RETURN_IF_ERROR(b.TakeSampled(absl::MakeSpan(fixed)));
   std::vector<int32_t> ids;
   Field logprobs;
   logprobs.name = "logprobs";
   logprobs.check = Check::kNear;
+  out.insert(out.end(), fixed.begin(), fixed.end());
   for (const SampledToken& t : out) {
     ids.push_back(t.id);
     logprobs.values.push_back(t.logprob);
@@ -1451,7 +1461,10 @@ const std::vector<Case>& Cases() {
       {"InterleaveParts", {"InterleaveParts"}, kExact, RunInterleaveParts},
       // Log-probabilities: binary64 sums in another order, one binary32
       // rounding.
-      {"Sample", {"Sample"}, Tolerance{0x1p-20, 1e-6}, RunSample},
+      {"Sample",
+       {"StageSample", "SampleStaged", "TakeSampled"},
+       Tolerance{0x1p-20, 1e-6},
+       RunSample},
       {"FusedRmsNormQuantizeGroups",
        {"FusedAbsMax", "FusedQuantize", "fuses_input_quantization", "RmsNorm",
         "AbsMax", "Quantize"},

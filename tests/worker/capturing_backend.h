@@ -2,8 +2,8 @@
 // (the CPU's): between BeginCapture and EndCapture each operation is recorded
 // with its arguments instead of run, and Replay runs the recording again.
 // Like stream capture, it refuses host work while capturing (Allocate,
-// copies, Synchronize, Sample), and a replay reads whatever the named
-// buffers hold then.
+// copies, Synchronize, StageSample, TakeSampled), and a replay reads
+// whatever the named buffers hold then.
 //
 // Why: LlamaModel's decode graphs (padding, fixed buffers, buckets,
 // invalidation) are host bookkeeping that must be right before a GPU ever
@@ -37,6 +37,13 @@ class CapturingBackend : public Backend {
   int64_t own_row_quantizes() const { return own_row_quantizes_; }
   // Fail the next capture's EndCapture (a capture CUDA refuses).
   void FailNextCapture() { fail_next_ = true; }
+  // Answer the next StageSample as if its buffers had moved (CUDA's grow
+  // when a history outgrows them).
+  void MoveSampleBuffersAtNextStage() { move_sample_buffers_ = true; }
+  // Device work run outside any capture or replay, and host waits, so far:
+  // a replayed decode step has none of the first and one of the second.
+  int64_t eager_ops() const { return eager_ops_; }
+  int64_t host_waits() const { return host_waits_; }
   // Claim, as the CUDA backend does, that fused FP8 inputs save work, so
   // that the model takes that path here too (the inner backend still
   // computes them, through its own FusedAbsMax / FusedQuantize).
@@ -47,7 +54,7 @@ class CapturingBackend : public Backend {
     return Do(std::move(work));
   }
   // Asked before every host read of device memory or wait on the device
-  // (CopyToHost, Synchronize, Sample); an error refuses the read.
+  // (CopyToHost, Synchronize, TakeSampled); an error refuses the read.
   void set_host_wait_check(std::function<absl::Status()> check) {
     host_wait_check_ = std::move(check);
   }
@@ -83,11 +90,26 @@ class CapturingBackend : public Backend {
     if (absl::Status s = HostWait("Synchronize"); !s.ok()) return s;
     return inner_->Synchronize();
   }
-  absl::Status Sample(const float* logits, int64_t vocab,
-                      absl::Span<const SampleRow> rows,
-                      SampledToken* out) override {
-    if (absl::Status s = HostWait("Sample"); !s.ok()) return s;
-    return inner_->Sample(logits, vocab, rows, out);
+  // Staging is host work (a copy up); taking the tokens a wait. Sampling
+  // the staged rows is device work, recorded like the rest.
+  absl::StatusOr<SampleStaging> StageSample(
+      int64_t vocab, absl::Span<const SampleRow> rows,
+      const SampleLayout& layout) override {
+    if (capturing_) return Refuse("StageSample");
+    absl::StatusOr<SampleStaging> staged =
+        inner_->StageSample(vocab, rows, layout);
+    if (staged.ok() && move_sample_buffers_) {
+      move_sample_buffers_ = false;
+      staged->moved = true;
+    }
+    return staged;
+  }
+  absl::Status SampleStaged(const float* logits, int64_t vocab) override {
+    return Do([=, this] { return inner_->SampleStaged(logits, vocab); });
+  }
+  absl::Status TakeSampled(absl::Span<SampledToken> out) override {
+    if (absl::Status s = HostWait("TakeSampled"); !s.ok()) return s;
+    return inner_->TakeSampled(out);
   }
 
   bool can_capture() const override { return true; }
@@ -280,12 +302,16 @@ class CapturingBackend : public Backend {
   };
 
   absl::Status Do(Op op) {
-    if (!capturing_) return op();
+    if (!capturing_) {
+      ++eager_ops_;
+      return op();
+    }
     recording_.push_back(std::move(op));
     return absl::OkStatus();
   }
-  absl::Status HostWait(const char* what) const {
+  absl::Status HostWait(const char* what) {
     if (capturing_) return Refuse(what);
+    ++host_waits_;
     if (!host_wait_check_) return absl::OkStatus();
     absl::Status s = host_wait_check_();
     if (s.ok()) return s;
@@ -300,10 +326,11 @@ class CapturingBackend : public Backend {
   bool capturing_ = false;
   bool fail_next_ = false;
   bool claims_fusion_ = false;
+  bool move_sample_buffers_ = false;
   std::vector<Op> recording_;
   std::function<absl::Status()> host_wait_check_;
   int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0,
-          own_row_quantizes_ = 0;
+          own_row_quantizes_ = 0, eager_ops_ = 0, host_waits_ = 0;
 };
 
 }  // namespace octet::testing

@@ -304,6 +304,80 @@ TEST_P(DecodeGraphTest, ADecodeQuantizesEachInputInOnePass) {
   EXPECT_EQ(capturing_->fused_quantizes() - fused, fp8 ? 3 * layers : 0);
 }
 
+// Sampling is in the graph: after its warm-up and capture, a decode step
+// (ForwardSample) stages its rows, replays, and waits once for the tokens,
+// with no device work outside the replay. Its tokens and log-probabilities
+// are the eager model's bit for bit, with a repetition penalty over
+// histories that grow each step, greedy rows beside drawn ones, and rows
+// for only some of the sequences (padded to the bucket). A staging that
+// moves the sampling buffers drops the captures, which are made again.
+TEST_P(DecodeGraphTest, ADecodeStepSamplesInItsGraphAndWaitsOnce) {
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  const int n = 3, prompt = 5, steps = 9;
+  std::vector<std::vector<int32_t>> te(n), tg(n), history(n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(eager_cache->Reserve(prompt + steps, &te[i]).ok());
+    ASSERT_TRUE(graph_cache->Reserve(prompt + steps, &tg[i]).ok());
+    for (int t = 0; t < prompt; ++t) history[i].push_back((t * 11 + i) % 300);
+  }
+  int64_t cached = 0;
+  for (int step = 0; step <= steps; ++step) {
+    std::vector<SequenceStep> se, sg;
+    std::vector<SampleRow> rows;
+    for (int i = 0; i < n; ++i) {
+      const std::vector<int32_t> tokens =
+          step == 0 ? history[i] : std::vector<int32_t>{history[i].back()};
+      se.push_back({tokens, cached, &te[i]});
+      sg.push_back({tokens, cached, &tg[i]});
+      if (i == 1 && step % 2 == 1) continue;  // no token wanted this step
+      SampleRow r{.logits_row = i, .position = cached + (int64_t)tokens.size()};
+      r.params = {.temperature = i == 0 ? 0.0f : 0.9f,
+                  .top_k = i == 2 ? 40 : 0,
+                  .seed = static_cast<uint64_t>(i + 1)};
+      r.repetition_penalty = 1.3f;
+      r.history = history[i];
+      r.logprob = true;
+      rows.push_back(r);
+    }
+    if (step == 6) capturing_->MoveSampleBuffersAtNextStage();
+    const GraphStats before = graphed_->graph_stats();
+    const int64_t ops = capturing_->eager_ops();
+    const int64_t waits = capturing_->host_waits();
+    std::vector<SampledToken> want, got;
+    ASSERT_TRUE(eager_->ForwardSample(se, *eager_cache, rows, &want).ok());
+    ASSERT_TRUE(graphed_->ForwardSample(sg, *graph_cache, rows, &got).ok());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(got[j].id, want[j].id) << "step " << step << " row " << j;
+      EXPECT_EQ(got[j].logprob, want[j].logprob) << "step " << step;
+    }
+    const GraphStats& after = graphed_->graph_stats();
+    if (after.replays > before.replays) {
+      EXPECT_EQ(capturing_->eager_ops(), ops) << "step " << step;
+      EXPECT_EQ(capturing_->host_waits(), waits + 1) << "step " << step;
+    }
+    if (step == 6) {
+      EXPECT_EQ(after.invalidations, before.invalidations + 1);
+    }
+    cached += static_cast<int64_t>(se[0].tokens.size());
+    for (size_t j = 0; j < rows.size(); ++j) {
+      history[rows[j].logits_row].push_back(got[j].id);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (i == 1 && step % 2 == 1) history[i].push_back(7);  // fed anyway
+    }
+  }
+  // Every decode is bucket 4 with draws, at 2 rows or 3: warmed up at the
+  // first decode and again after the move (step 6), captured at the next;
+  // every other decode replays (a capture's step included).
+  const GraphStats& stats = graphed_->graph_stats();
+  EXPECT_EQ(stats.warmups, 2);
+  EXPECT_EQ(stats.captures, 2);
+  EXPECT_EQ(stats.replays, steps - 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Methods, DecodeGraphTest,
                          ::testing::Values(LinearMethod::kNone,
                                            LinearMethod::kFp8),
