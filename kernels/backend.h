@@ -292,17 +292,19 @@ class Backend {
                                      const float* absmax, uint8_t* q,
                                      float* scale) = 0;
   // AbsMax then Quantize (of x, or with `in` non-null of the values it
-  // produces: FusedAbsMax then FusedQuantize), bit for bit, where every row
-  // is its own group (groups.count == rows: a decode step's sequences, or
-  // per-token scales) and no collective comes between the two. absmax:
-  // scratch of `rows` floats. The default makes the two calls; CUDA runs
-  // one kernel, a block per row that makes the row, takes its absmax in the
-  // block's own reduction and writes its codes and scale: one launch where
-  // the two calls take three.
-  virtual absl::Status QuantizeOwnRows(const void* x, const FusedInput* in,
-                                       int64_t rows, int64_t cols,
-                                       const RowGroups& groups, float* absmax,
-                                       uint8_t* q, float* scale);
+  // produces: FusedAbsMax then FusedQuantize), bit for bit, in one call,
+  // where no collective comes between the two (every input but a
+  // row-parallel one at TP > 1). absmax: scratch of groups.count floats.
+  // The default makes the two calls; CUDA runs one launch: where every row
+  // is its own group (a decode step's sequences, or per-token scales) a
+  // block per row that makes the row, takes its absmax in the block's own
+  // reduction and writes its codes and scale; for other groups (a
+  // prefill's sequences) a cooperative grid that syncs between the absmax
+  // and the codes. The two calls take three launches.
+  virtual absl::Status QuantizeGroups(const void* x, const FusedInput* in,
+                                      int64_t rows, int64_t cols,
+                                      const RowGroups& groups, float* absmax,
+                                      uint8_t* q, float* scale);
   // q = encode(x * (1 / *scale)) for a static activation scale.
   virtual absl::Status QuantizeStatic(const void* x, int64_t count,
                                       const float* scale, uint8_t* q) = 0;
@@ -418,13 +420,11 @@ inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-inline absl::Status Backend::QuantizeOwnRows(
-    const void* x, const FusedInput* in, int64_t rows, int64_t cols,
-    const RowGroups& groups, float* absmax, uint8_t* q, float* scale) {
-  if (groups.count != rows) {
-    return absl::InvalidArgumentError(
-        "QuantizeOwnRows: every row must be its own group");
-  }
+inline absl::Status Backend::QuantizeGroups(const void* x, const FusedInput* in,
+                                            int64_t rows, int64_t cols,
+                                            const RowGroups& groups,
+                                            float* absmax, uint8_t* q,
+                                            float* scale) {
   absl::Status s = in != nullptr ? FusedAbsMax(*in, rows, cols, groups, absmax)
                                  : AbsMax(x, rows, cols, groups, absmax);
   if (!s.ok()) return s;

@@ -117,9 +117,10 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     *scale = dynamic;
     const bool all_reduce = row_parallel && plan_.size > 1 && sync_absmax_;
     const FusedInput* producer = x.fused ? &*x.fused : nullptr;
-    if (seqs.count == rows && !all_reduce) {
-      // Each row its own sequence (a decode step) or token: one pass.
-      OCTET_RETURN_IF_ERROR(backend_.QuantizeOwnRows(
+    if (!all_reduce) {
+      // Nothing between the absmax and the codes: one call (on CUDA one
+      // launch).
+      OCTET_RETURN_IF_ERROR(backend_.QuantizeGroups(
           x.x, producer, rows, w.in, seqs, absmax, codes, dynamic));
     } else {
       OCTET_RETURN_IF_ERROR(

@@ -210,11 +210,11 @@ absl::Status ProfilingBackend::FusedQuantize(const FusedInput& in,
     return inner_.FusedQuantize(in, rows, cols, groups, absmax, q, scale);
   });
 }
-absl::Status ProfilingBackend::QuantizeOwnRows(
+absl::Status ProfilingBackend::QuantizeGroups(
     const void* x, const FusedInput* in, int64_t rows, int64_t cols,
     const RowGroups& groups, float* absmax, uint8_t* q, float* scale) {
   return Timed(StepPart::kQuantize, [&] {
-    return inner_.QuantizeOwnRows(x, in, rows, cols, groups, absmax, q, scale);
+    return inner_.QuantizeGroups(x, in, rows, cols, groups, absmax, q, scale);
   });
 }
 absl::Status ProfilingBackend::QuantizeStatic(const void* x, int64_t count,

@@ -147,10 +147,9 @@ class ProfilingBackend : public Backend {
   absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
                              const RowGroups& groups, const float* absmax,
                              uint8_t* q, float* scale) override;
-  absl::Status QuantizeOwnRows(const void* x, const FusedInput* in,
-                               int64_t rows, int64_t cols,
-                               const RowGroups& groups, float* absmax,
-                               uint8_t* q, float* scale) override;
+  absl::Status QuantizeGroups(const void* x, const FusedInput* in, int64_t rows,
+                              int64_t cols, const RowGroups& groups,
+                              float* absmax, uint8_t* q, float* scale) override;
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override;
   absl::Status GemmE4m3(const uint8_t* q, const float* q_scale,

@@ -300,21 +300,26 @@ class CudaBackend : public Backend {
     return cuda::FusedQuantize(in, rows, cols, groups.row_group, absmax, q,
                                scale, stream_);
   }
-  absl::Status QuantizeOwnRows(const void* x, const FusedInput* in,
-                               int64_t rows, int64_t cols,
-                               const RowGroups& groups, float* absmax,
-                               uint8_t* q, float* scale) override {
+  absl::Status QuantizeGroups(const void* x, const FusedInput* in, int64_t rows,
+                              int64_t cols, const RowGroups& groups,
+                              float* absmax, uint8_t* q,
+                              float* scale) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    if (groups.count != rows) {
-      return absl::InvalidArgumentError(
-          "QuantizeOwnRows: every row must be its own group");
+    if (groups.count == rows) {  // a block per row
+      if (in != nullptr) {
+        return cuda::FusedQuantizeOwnRows(*in, rows, cols, absmax, q, scale,
+                                          stream_);
+      }
+      return quantizer_->QuantizeOwnRows(x, DType::kBf16, rows, cols, absmax, q,
+                                         scale, stream_);
     }
-    if (in != nullptr) {
-      return cuda::FusedQuantizeOwnRows(*in, rows, cols, absmax, q, scale,
-                                        stream_);
+    if (in != nullptr) {  // a cooperative grid
+      return cuda::FusedQuantizeGroups(*in, rows, cols, groups.row_group,
+                                       groups.count, absmax, q, scale, stream_);
     }
-    return quantizer_->QuantizeOwnRows(x, DType::kBf16, rows, cols, absmax, q,
-                                       scale, stream_);
+    return quantizer_->QuantizeGroups(x, DType::kBf16, rows, cols,
+                                      groups.row_group, groups.count, absmax, q,
+                                      scale, stream_);
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {

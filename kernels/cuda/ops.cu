@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -102,9 +103,10 @@ struct ProducedRow {
   }
 };
 
-// Every thread of the block calls it (RmsNorm's sum is block-wide).
-__device__ ProducedRow MakeProducedRow(const FusedInput& in, int64_t cols) {
-  const int64_t row = blockIdx.x;
+// Row `row` of what `in` produces. Every thread of the block calls it
+// (RmsNorm's sum is block-wide).
+__device__ ProducedRow MakeProducedRow(const FusedInput& in, int64_t row,
+                                       int64_t cols) {
   ProducedRow p{in.op, nullptr, in.weight, 0.0f, cols};
   if (in.op == FusedInput::Op::kRmsNorm) {
     p.x = static_cast<const bf16*>(in.x) + row * cols;
@@ -120,25 +122,35 @@ __device__ ProducedRow MakeProducedRow(const FusedInput& in, int64_t cols) {
   return p;
 }
 
+// Row r of what a FusedInput makes (GroupQuantizeGridKernel's rows).
+struct ProducedRows {
+  FusedInput in;
+  int64_t cols;
+  __device__ ProducedRow operator()(int64_t r) const {
+    return MakeProducedRow(in, r, cols);
+  }
+};
+
 // The group kernels of quantize.cu, on rows a FusedInput makes.
 __global__ void __launch_bounds__(kThreads)
     FusedAbsMaxKernel(FusedInput in, int64_t cols, const int32_t* row_group,
                       float* absmax) {
-  GroupAbsMaxRow<kThreads>(MakeProducedRow(in, cols), cols, row_group, absmax);
+  GroupAbsMaxRow<kThreads>(MakeProducedRow(in, blockIdx.x, cols), blockIdx.x,
+                           cols, row_group, absmax);
 }
 
 __global__ void __launch_bounds__(kThreads)
     FusedQuantizeKernel(FusedInput in, int64_t cols, const int32_t* row_group,
                         const float* absmax, uint8_t* q, float* scale) {
-  GroupQuantizeRow<kThreads>(MakeProducedRow(in, cols), cols, row_group, absmax,
-                             q, scale);
+  GroupQuantizeRow<kThreads>(MakeProducedRow(in, blockIdx.x, cols), blockIdx.x,
+                             cols, row_group, absmax, q, scale);
 }
 
 __global__ void __launch_bounds__(kThreads)
     FusedOwnGroupQuantizeKernel(FusedInput in, int64_t cols, float* absmax,
                                 uint8_t* q, float* scale) {
-  OwnGroupQuantizeRow<kThreads>(MakeProducedRow(in, cols), cols, absmax, q,
-                                scale);
+  OwnGroupQuantizeRow<kThreads>(MakeProducedRow(in, blockIdx.x, cols), cols,
+                                absmax, q, scale);
 }
 
 __global__ void AddKernel(bf16* x, const bf16* y, int64_t n) {
@@ -695,6 +707,32 @@ absl::Status FusedQuantizeOwnRows(const FusedInput& in, int64_t rows,
                                 stream>>>(in, cols, absmax, q, scale);
   OCTET_LAUNCHED();
   return absl::OkStatus();
+}
+
+absl::Status FusedQuantizeGroups(const FusedInput& in, int64_t rows,
+                                 int64_t cols, const int32_t* row_group,
+                                 int64_t groups, float* absmax, uint8_t* q,
+                                 float* scale, cudaStream_t stream) {
+  if (groups < 1 || (groups > 1 && row_group == nullptr)) {
+    return absl::InvalidArgumentError(
+        "FusedQuantizeGroups: groups without a row map");
+  }
+  if (rows == 0 || cols == 0) {
+    return FusedAbsMax(in, rows, cols, row_group, groups, absmax, stream);
+  }
+  const cudaError_t e = LaunchGroupQuantizeGrid<kThreads>(
+      ProducedRows{in, cols}, rows, cols, row_group, groups, absmax, q, scale,
+      stream);
+  if (e == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // a refused launch leaves nothing behind
+  if (!CooperativeRefused(e)) {
+    return absl::InternalError(
+        absl::StrCat("FusedQuantizeGroups: ", cudaGetErrorString(e)));
+  }
+  SayCooperativeRefusedOnce(e);
+  OCTET_RETURN_IF_ERROR(
+      FusedAbsMax(in, rows, cols, row_group, groups, absmax, stream));
+  return FusedQuantize(in, rows, cols, row_group, absmax, q, scale, stream);
 }
 
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,

@@ -59,6 +59,12 @@ absl::Status FusedQuantize(const FusedInput& in, int64_t rows, int64_t cols,
 absl::Status FusedQuantizeOwnRows(const FusedInput& in, int64_t rows,
                                   int64_t cols, float* absmax, uint8_t* q,
                                   float* scale, cudaStream_t stream);
+// Both at once for any groups: one cooperative launch
+// (group_quantize.cuh), or the two calls where the device refuses those.
+absl::Status FusedQuantizeGroups(const FusedInput& in, int64_t rows,
+                                 int64_t cols, const int32_t* row_group,
+                                 int64_t groups, float* absmax, uint8_t* q,
+                                 float* scale, cudaStream_t stream);
 absl::Status GatherRows(const void* x, int64_t cols, const int32_t* rows,
                         int64_t n, void* out, cudaStream_t stream);
 

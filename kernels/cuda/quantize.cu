@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/group_quantize.cuh"
@@ -147,14 +148,23 @@ struct MemoryRow {
   const T* __restrict__ x;
   __device__ float operator()(int64_t c) const { return ToFloat(x[c]); }
 };
+// Row r of x [*][cols] (GroupQuantizeGridKernel's rows).
+template <typename T>
+struct MemoryRows {
+  const T* x;
+  int64_t cols;
+  __device__ MemoryRow<T> operator()(int64_t r) const {
+    return MemoryRow<T>{x + r * cols};
+  }
+};
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     GroupAbsMaxKernel(const T* __restrict__ x, int64_t cols,
                       const int32_t* __restrict__ row_group,
                       float* __restrict__ absmax) {
-  GroupAbsMaxRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, cols, row_group,
-                           absmax);
+  GroupAbsMaxRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, blockIdx.x,
+                           cols, row_group, absmax);
 }
 
 template <typename T>
@@ -163,8 +173,8 @@ __global__ void __launch_bounds__(kThreads)
                         const int32_t* __restrict__ row_group,
                         const float* __restrict__ absmax,
                         uint8_t* __restrict__ q, float* __restrict__ scale) {
-  GroupQuantizeRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, cols,
-                             row_group, absmax, q, scale);
+  GroupQuantizeRow<kThreads>(MemoryRow<T>{x + blockIdx.x * cols}, blockIdx.x,
+                             cols, row_group, absmax, q, scale);
 }
 
 template <typename T>
@@ -321,11 +331,12 @@ absl::Status CheckGroups(const void* x, DType x_dtype, int64_t rows,
   absl::Status input = CheckInput(x, x_dtype, rows * cols, what);
   if (!input.ok()) return input;
   if (rows < 0 || cols < 0 || groups < 1 || groups > rows ||
-      rows > std::numeric_limits<int32_t>::max() || d_row_group == nullptr ||
-      out == nullptr) {
+      rows > std::numeric_limits<int32_t>::max() ||
+      (groups > 1 && d_row_group == nullptr) || out == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": ", groups, " groups over ", rows, " rows of ", cols,
-        " (need 1 <= groups <= rows < 2^31, a row map and an output)"));
+        " (need 1 <= groups <= rows < 2^31, a row map for several groups "
+        "and an output)"));
   }
   return absl::OkStatus();
 }
@@ -405,6 +416,36 @@ absl::Status CudaE4m3Quantizer::QuantizeOwnRows(const void* x, DType x_dtype,
   }
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
+}
+
+absl::Status CudaE4m3Quantizer::QuantizeGroups(
+    const void* x, DType x_dtype, int64_t rows, int64_t cols,
+    const int32_t* d_row_group, int64_t groups, float* d_absmax, uint8_t* q,
+    float* d_scale, cudaStream_t stream) {
+  absl::Status args =
+      CheckGroups(x, x_dtype, rows, cols, d_row_group, groups, d_absmax,
+                  "CudaE4m3Quantizer::QuantizeGroups");
+  if (!args.ok()) return args;
+  const cudaError_t e =
+      x_dtype == DType::kBf16
+          ? LaunchGroupQuantizeGrid<kThreads>(
+                MemoryRows<__nv_bfloat16>{
+                    static_cast<const __nv_bfloat16*>(x), cols},
+                rows, cols, d_row_group, groups, d_absmax, q, d_scale, stream)
+          : LaunchGroupQuantizeGrid<kThreads>(
+                MemoryRows<float>{static_cast<const float*>(x), cols}, rows,
+                cols, d_row_group, groups, d_absmax, q, d_scale, stream);
+  if (e == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // a refused launch leaves nothing behind
+  if (!CooperativeRefused(e)) {
+    return absl::InternalError(absl::StrCat(
+        "CudaE4m3Quantizer::QuantizeGroups: ", cudaGetErrorString(e)));
+  }
+  SayCooperativeRefusedOnce(e);
+  OCTET_RETURN_IF_ERROR(GroupAbsMax(x, x_dtype, rows, cols, d_row_group,
+                                    groups, d_absmax, stream));
+  return GroupQuantize(x, x_dtype, rows, cols, d_row_group, groups, d_absmax, q,
+                       d_scale, stream);
 }
 
 absl::Status CudaE4m3Quantizer::QuantizeDynamic(const void* x, DType x_dtype,

@@ -71,6 +71,14 @@ class CudaE4m3Quantizer {
                                int64_t cols, float* d_absmax, uint8_t* q,
                                float* d_scale, cudaStream_t stream);
 
+  // GroupAbsMax then GroupQuantize, bit for bit, for any groups (d_row_group
+  // may be null for one): one cooperative launch (group_quantize.cuh), or
+  // the two calls where the device refuses cooperative launches.
+  absl::Status QuantizeGroups(const void* x, DType x_dtype, int64_t rows,
+                              int64_t cols, const int32_t* d_row_group,
+                              int64_t groups, float* d_absmax, uint8_t* q,
+                              float* d_scale, cudaStream_t stream);
+
   // AbsMax then Quantize, through an absmax slot owned by this object.
   absl::Status QuantizeDynamic(const void* x, DType x_dtype, int64_t n,
                                uint8_t* q, float* d_scale, cudaStream_t stream);

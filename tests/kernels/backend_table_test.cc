@@ -875,13 +875,18 @@ std::vector<float> SpecialActivations(int64_t n, uint32_t seed, bool inf) {
   return x;
 }
 
-// QuantizeOwnRows (every row its own group: a decode step) against the
-// two calls it stands for on the same backend -- (Fused)AbsMax then
-// (Fused)Quantize -- with the producer `op`, or with x in memory (op
-// null): every absmax, scale and code equal (fields of ones, as RunFused's).
-// Row 2 is loud, row 5 all zeros, row 6 special values.
-absl::StatusOr<Output> RunOwnRows(Backend& b, const FusedInput::Op* op) {
-  const int64_t rows = 7, cols = 288;
+// QuantizeGroups against the two calls it stands for on the same backend
+// -- (Fused)AbsMax then (Fused)Quantize -- with the producer `op`, or with
+// x in memory (op null), for groups of `sizes` rows (all 1: a decode step,
+// CUDA's block per row; else a prefill's sequences, CUDA's cooperative
+// grid): every absmax, scale and code equal (fields of ones, as
+// RunFused's). Row 2 is loud, row 5 all zeros, row 6 special values.
+absl::StatusOr<Output> RunOneCall(Backend& b, const FusedInput::Op* op,
+                                  const std::vector<int64_t>& sizes,
+                                  int64_t cols) {
+  const int64_t groups = static_cast<int64_t>(sizes.size());
+  int64_t rows = 0;
+  for (int64_t n : sizes) rows += n;
   const bool silu = op != nullptr && *op == FusedInput::Op::kSiluMul;
   const int64_t in_cols = silu ? 2 * cols : cols;
   std::vector<float> x = NormalBf16Values(rows * in_cols, 171, 2.0f);
@@ -894,26 +899,25 @@ absl::StatusOr<Output> RunOwnRows(Backend& b, const FusedInput::Op* op) {
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dx, UploadAct(b, x));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dw,
                          Upload(b, F32Values(cols, 173, 1.5f)));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap,
-                         Upload(b, RowMap(std::vector<int64_t>(rows, 1))));
-  const RowGroups g{rows, dmap.as<int32_t>()};
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap, Upload(b, RowMap(sizes)));
+  const RowGroups g{groups, dmap.as<int32_t>()};
   const FusedInput in{op != nullptr ? *op : FusedInput::Op::kRmsNorm, dx.data(),
                       dw.as<float>(), 1e-5f};
   const FusedInput* producer = op != nullptr ? &in : nullptr;
-  std::vector<uint8_t> got[2][3];  // [two calls, one pass][absmax, scale, q]
-  for (int one_pass = 0; one_pass < 2; ++one_pass) {
+  std::vector<uint8_t> got[2][3];  // [two calls, one][absmax, scale, q]
+  for (int one_call = 0; one_call < 2; ++one_call) {
     OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmax,
-                           Upload(b, std::vector<float>(rows, -1.0f)));
+                           Upload(b, std::vector<float>(groups, -1.0f)));
     OCTET_ASSIGN_OR_RETURN(DeviceBuffer dscale,
-                           Upload(b, std::vector<float>(rows, -1.0f)));
+                           Upload(b, std::vector<float>(groups, -1.0f)));
     OCTET_ASSIGN_OR_RETURN(DeviceBuffer dq,
                            Upload(b, std::vector<uint8_t>(rows * cols)));
     float* m = dmax.as<float>();
     uint8_t* q = dq.as<uint8_t>();
     float* sc = dscale.as<float>();
-    if (one_pass == 1) {
+    if (one_call == 1) {
       OCTET_RETURN_IF_ERROR(
-          b.QuantizeOwnRows(dx.data(), producer, rows, cols, g, m, q, sc));
+          b.QuantizeGroups(dx.data(), producer, rows, cols, g, m, q, sc));
     } else if (producer != nullptr) {
       OCTET_RETURN_IF_ERROR(b.FusedAbsMax(in, rows, cols, g, m));
       OCTET_RETURN_IF_ERROR(b.FusedQuantize(in, rows, cols, g, m, q, sc));
@@ -921,11 +925,11 @@ absl::StatusOr<Output> RunOwnRows(Backend& b, const FusedInput::Op* op) {
       OCTET_RETURN_IF_ERROR(b.AbsMax(dx.data(), rows, cols, g, m));
       OCTET_RETURN_IF_ERROR(b.Quantize(dx.data(), rows, cols, g, m, q, sc));
     }
-    OCTET_ASSIGN_OR_RETURN(got[one_pass][0],
-                           Read<uint8_t>(b, m, rows * sizeof(float)));
-    OCTET_ASSIGN_OR_RETURN(got[one_pass][1],
-                           Read<uint8_t>(b, sc, rows * sizeof(float)));
-    OCTET_ASSIGN_OR_RETURN(got[one_pass][2], Read<uint8_t>(b, q, rows * cols));
+    OCTET_ASSIGN_OR_RETURN(got[one_call][0],
+                           Read<uint8_t>(b, m, groups * sizeof(float)));
+    OCTET_ASSIGN_OR_RETURN(got[one_call][1],
+                           Read<uint8_t>(b, sc, groups * sizeof(float)));
+    OCTET_ASSIGN_OR_RETURN(got[one_call][2], Read<uint8_t>(b, q, rows * cols));
   }
   Output o;
   const char* names[3] = {"absmax_agree", "scale_agree", "codes_agree"};
@@ -1484,23 +1488,51 @@ const std::vector<Case>& Cases() {
        [](Backend& b, const Env&) {
          return RunFused(b, FusedInput::Op::kSiluMul, true);
        }},
-      {"QuantizeOwnRowsFromMemory",
-       {"QuantizeOwnRows", "AbsMax", "Quantize"},
+      {"QuantizeGroupsOwnRowsFromMemory",
+       {"QuantizeGroups", "AbsMax", "Quantize"},
        kExact,
-       [](Backend& b, const Env&) { return RunOwnRows(b, nullptr); }},
-      {"QuantizeOwnRowsRmsNorm",
-       {"QuantizeOwnRows", "FusedAbsMax", "FusedQuantize"},
+       [](Backend& b, const Env&) {
+         return RunOneCall(b, nullptr, std::vector<int64_t>(7, 1), 288);
+       }},
+      {"QuantizeGroupsOwnRowsRmsNorm",
+       {"QuantizeGroups", "FusedAbsMax", "FusedQuantize"},
        kExact,
        [](Backend& b, const Env&) {
          const FusedInput::Op op = FusedInput::Op::kRmsNorm;
-         return RunOwnRows(b, &op);
+         return RunOneCall(b, &op, std::vector<int64_t>(7, 1), 288);
        }},
-      {"QuantizeOwnRowsSiluMul",
-       {"QuantizeOwnRows", "FusedAbsMax", "FusedQuantize"},
+      {"QuantizeGroupsOwnRowsSiluMul",
+       {"QuantizeGroups", "FusedAbsMax", "FusedQuantize"},
        kExact,
        [](Backend& b, const Env&) {
          const FusedInput::Op op = FusedInput::Op::kSiluMul;
-         return RunOwnRows(b, &op);
+         return RunOneCall(b, &op, std::vector<int64_t>(7, 1), 288);
+       }},
+      // Several rows per group, one group, and more rows than a GPU holds
+      // blocks at once (the grid's blocks take several rows each).
+      {"QuantizeGroupsFromMemory",
+       {"QuantizeGroups", "AbsMax", "Quantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         return RunOneCall(b, nullptr, {2, 4, 1}, 288);
+       }},
+      {"QuantizeGroupsOneGroup",
+       {"QuantizeGroups", "AbsMax", "Quantize"},
+       kExact,
+       [](Backend& b, const Env&) { return RunOneCall(b, nullptr, {7}, 288); }},
+      {"QuantizeGroupsRmsNorm",
+       {"QuantizeGroups", "FusedAbsMax", "FusedQuantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         const FusedInput::Op op = FusedInput::Op::kRmsNorm;
+         return RunOneCall(b, &op, {3, 1, 3}, 288);
+       }},
+      {"QuantizeGroupsSiluMulManyRows",
+       {"QuantizeGroups", "FusedAbsMax", "FusedQuantize"},
+       kExact,
+       [](Backend& b, const Env&) {
+         const FusedInput::Op op = FusedInput::Op::kSiluMul;
+         return RunOneCall(b, &op, {1500, 7, 2493}, 64);
        }},
       {"GemmE4m3EachWay",
        {"RowGroupGemmWays", "SetRowGroupGemmWay", "GemmE4m3"},

@@ -30,11 +30,11 @@ class CapturingBackend : public Backend {
 
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
-  // FusedQuantize calls so far, and QuantizeOwnRows calls with a producer
+  // FusedQuantize calls so far, and QuantizeGroups calls with a producer
   // (whether the model fuses its FP8 inputs).
   int64_t fused_quantizes() const { return fused_quantizes_; }
-  // QuantizeOwnRows calls so far (inputs quantized in one pass).
-  int64_t own_row_quantizes() const { return own_row_quantizes_; }
+  // QuantizeGroups calls so far (inputs quantized in one call).
+  int64_t one_call_quantizes() const { return one_call_quantizes_; }
   // Fail the next capture's EndCapture (a capture CUDA refuses).
   void FailNextCapture() { fail_next_ = true; }
   // Answer the next StageSample as if its buffers had moved (CUDA's grow
@@ -219,18 +219,18 @@ class CapturingBackend : public Backend {
       return inner_->FusedQuantize(in, rows, cols, groups, absmax, q, scale);
     });
   }
-  absl::Status QuantizeOwnRows(const void* x, const FusedInput* in,
-                               int64_t rows, int64_t cols,
-                               const RowGroups& groups, float* absmax,
-                               uint8_t* q, float* scale) override {
-    ++own_row_quantizes_;
+  absl::Status QuantizeGroups(const void* x, const FusedInput* in, int64_t rows,
+                              int64_t cols, const RowGroups& groups,
+                              float* absmax, uint8_t* q,
+                              float* scale) override {
+    ++one_call_quantizes_;
     if (in != nullptr) ++fused_quantizes_;
     // The producer by value: a replay outlives the caller's.
     const bool fused = in != nullptr;
     const FusedInput producer = fused ? *in : FusedInput{};
     return Do([=, this] {
-      return inner_->QuantizeOwnRows(x, fused ? &producer : nullptr, rows, cols,
-                                     groups, absmax, q, scale);
+      return inner_->QuantizeGroups(x, fused ? &producer : nullptr, rows, cols,
+                                    groups, absmax, q, scale);
     });
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
@@ -330,7 +330,7 @@ class CapturingBackend : public Backend {
   std::vector<Op> recording_;
   std::function<absl::Status()> host_wait_check_;
   int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0,
-          own_row_quantizes_ = 0, eager_ops_ = 0, host_waits_ = 0;
+          one_call_quantizes_ = 0, eager_ops_ = 0, host_waits_ = 0;
 };
 
 }  // namespace octet::testing

@@ -277,12 +277,13 @@ TEST_P(DecodeGraphTest, FusedInputQuantizationChangesNoBit) {
             GetParam() == LinearMethod::kFp8 ? 3 * layers : 0);
 }
 
-// In a decode step every row is its own sequence: each FP8 input is
-// quantized in one pass (Backend::QuantizeOwnRows; CUDA: one kernel in
-// place of three), three of the four from their producers. The CPU runs it
-// as the two calls it replaces; CUDA's kernel is held to those two calls'
-// bits in tests/kernels/backend_table_test.cc.
-TEST_P(DecodeGraphTest, ADecodeQuantizesEachInputInOnePass) {
+// At TP = 1 each FP8 input is quantized in one call (Backend::
+// QuantizeGroups; CUDA: one launch in place of three), three of the four
+// from their producers: in a decode step, where every row is its own
+// sequence, and in a prefill, whose sequences have several rows. The CPU
+// runs it as the two calls it replaces; CUDA's kernels are held to those
+// two calls' bits in tests/kernels/backend_table_test.cc.
+TEST_P(DecodeGraphTest, EachInputIsQuantizedInOneCall) {
   ASSERT_NE(graphed_, nullptr);
   auto cache = Cache(*graphed_);
   std::vector<std::vector<int32_t>> tables(2);
@@ -292,16 +293,16 @@ TEST_P(DecodeGraphTest, ADecodeQuantizesEachInputInOnePass) {
     prefill.push_back({{3, 1, 4, 1, 5}, 0, &tables[i]});
     decode.push_back({{9}, 5, &tables[i]});
   }
-  std::vector<float> logits;
-  ASSERT_TRUE(graphed_->Forward(prefill, *cache, &logits).ok());
-  const int64_t own = capturing_->own_row_quantizes();
-  const int64_t fused = capturing_->fused_quantizes();
-  EXPECT_EQ(own, 0);  // a prefill's sequences have several rows
-  ASSERT_TRUE(graphed_->Forward(decode, *cache, &logits).ok());
   const int64_t layers = graphed_->config().num_layers;
   const bool fp8 = GetParam() == LinearMethod::kFp8;
-  EXPECT_EQ(capturing_->own_row_quantizes() - own, fp8 ? 4 * layers : 0);
-  EXPECT_EQ(capturing_->fused_quantizes() - fused, fp8 ? 3 * layers : 0);
+  std::vector<float> logits;
+  for (const auto* steps : {&prefill, &decode}) {
+    const int64_t calls = capturing_->one_call_quantizes();
+    const int64_t fused = capturing_->fused_quantizes();
+    ASSERT_TRUE(graphed_->Forward(*steps, *cache, &logits).ok());
+    EXPECT_EQ(capturing_->one_call_quantizes() - calls, fp8 ? 4 * layers : 0);
+    EXPECT_EQ(capturing_->fused_quantizes() - fused, fp8 ? 3 * layers : 0);
+  }
 }
 
 // Sampling is in the graph: after its warm-up and capture, a decode step

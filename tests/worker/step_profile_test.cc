@@ -131,8 +131,8 @@ TEST_P(StepProfileTest, CountsEveryPartOfADecodeStep) {
   EXPECT_GT(Calls(*p, StepPart::kHost), 0);
   EXPECT_EQ(Calls(*p, StepPart::kOtherGemm), 0);  // every GEMM is named
   if (GetParam() == LinearMethod::kFp8) {
-    // One pass for each of the 4 inputs of a layer: in a decode step every
-    // row is its own sequence (Backend::QuantizeOwnRows).
+    // One call for each of the 4 inputs of a layer (Backend::
+    // QuantizeGroups).
     EXPECT_EQ(Calls(*p, StepPart::kQuantize), 4 * layers);
   } else {
     EXPECT_EQ(Calls(*p, StepPart::kQuantize), 0);
