@@ -162,6 +162,8 @@ numbers() {
         below += (x < 1.4); far += (q < 0.9)
         if ($27 > 0) { r = $27 / $7; rg++; ways[$28]++
           if (rg == 1 || r < rmin) rmin = r; if (rg == 1 || r > rmax) rmax = r }
+        if ($32 > 0) { gq++; if ($32 > q1max) q1max = $32; if ($33 > q3max) q3max = $33
+          s = $33 / $32; if (gq == 1 || s < smin) smin = s; if (gq == 1 || s > smax) smax = s }
       }
       END {
         if (n == 0) { print "gemm    no CUDA cells"; exit }
@@ -172,6 +174,7 @@ numbers() {
           printf "gemm    per-sequence scales, fastest way / fp8: %.2f-%.2fx; fastest:", rmin, rmax
           for (w in ways) printf " %s %d", w, ways[w]; print " cells"
         }
+        if (gq > 0) printf "gemm    per-sequence quantization, one launch: at most %.1f us; three launches over one: %.2f-%.2fx (at most %.1f us)\n", q1max, smin, smax, q3max
       }' "$out/bench_gemm.csv"
   fi
   if [ -s "$out/decode.txt" ]; then

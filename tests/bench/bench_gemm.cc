@@ -30,6 +30,12 @@
 //                 GEMM, or a binary32 product then a row-scaling pass;
 //                 worker/gemm_choices.h picks one by timing them at load),
 //                 on the CPU its one way; and the fastest over fp8_ms
+//   rgq_us        with --row_groups G on the GPU: the dynamic quantization
+//                 of those M rows with one scale per sequence in one launch
+//                 (Backend::QuantizeGroups' kernels: a block per row where
+//                 each row is its own sequence, else a cooperative grid),
+//                 and rgq3_us in the three launches it replaces (a memset,
+//                 the absmax, the codes)
 // and prints both speedups over BF16, the fp8_quant column's achieved GB/s
 // (weights + input activations + output, the bytes that must move) and
 // TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
@@ -147,6 +153,7 @@ struct Row {
   std::vector<std::string> rg_ways = {};
   std::vector<double> rg_ms = {};
   std::vector<std::string> rg_paths = {};
+  double rg_quant_us = 0, rg_quant_split_us = 0;  // GPU only
   double bytes = 0;  // compulsory traffic of the fp8_quant call
   std::string bf16_path = {}, fp8_path = {};  // fp8's covers fp8_quant
   std::string blocks_path = {};
@@ -754,7 +761,7 @@ class CudaBackend : public Backend {
       row.blocks_path = path();
     }
     if (c_.row_groups > 0) {
-      absl::Status rg = MeasureRowGroups(m, dxq, &row);
+      absl::Status rg = MeasureRowGroups(m, dx, dxq, &row);
       if (!rg.ok()) return rg;
     }
     row.bytes = double(n) * k + double(m) * k * 2 + double(m) * n * 2;
@@ -763,8 +770,10 @@ class CudaBackend : public Backend {
 
  private:
   // The fp8rg columns: E4m3RowGroups with the rows in min(G, M) sequences,
-  // once with each RowScaling way.
-  absl::Status MeasureRowGroups(int64_t m, const DeviceMem& dxq, Row* row) {
+  // once with each RowScaling way; and the rgq columns: the quantization
+  // of x with those sequences' scales, in one launch and in three.
+  absl::Status MeasureRowGroups(int64_t m, const DeviceMem& dx,
+                                const DeviceMem& dxq, Row* row) {
     const int64_t n = shape_.n, k = shape_.k;
     const std::vector<int32_t> group = RowGroupOfRows(m, c_.row_groups);
     std::vector<float> scales(group.back() + 1);
@@ -799,6 +808,47 @@ class CudaBackend : public Backend {
       row->rg_ms.push_back(*t);
       row->rg_paths.emplace_back(CublasLtGemm::PathName(gemm_->LastPath()));
     }
+    return MeasureGroupQuantization(m, dx, dgroup, group.back() + 1, row);
+  }
+
+  // rgq_us and rgq3_us, into codes of their own (dxq holds the GEMMs'
+  // input).
+  absl::Status MeasureGroupQuantization(int64_t m, const DeviceMem& dx,
+                                        const DeviceMem& dgroup, int64_t groups,
+                                        Row* row) {
+    const int64_t k = shape_.k;
+    DeviceMem dq, dabsmax, dscale;
+    absl::Status st;
+    if (!(st = dq.Alloc(m * k)).ok() ||
+        !(st = dabsmax.Alloc(4 * groups)).ok() ||
+        !(st = dscale.Alloc(4 * groups)).ok()) {
+      return st;
+    }
+    const int32_t* map = dgroup.as<int32_t>();
+    auto one = [&](int) -> absl::Status {
+      if (groups == m) {
+        return quantizer_->QuantizeOwnRows(
+            dx.p, DType::kBf16, m, k, dabsmax.as<float>(), dq.as<uint8_t>(),
+            dscale.as<float>(), stream_);
+      }
+      return quantizer_->QuantizeGroups(dx.p, DType::kBf16, m, k, map, groups,
+                                        dabsmax.as<float>(), dq.as<uint8_t>(),
+                                        dscale.as<float>(), stream_);
+    };
+    auto three = [&](int) -> absl::Status {
+      absl::Status s = quantizer_->GroupAbsMax(
+          dx.p, DType::kBf16, m, k, map, groups, dabsmax.as<float>(), stream_);
+      if (!s.ok()) return s;
+      return quantizer_->GroupQuantize(dx.p, DType::kBf16, m, k, map, groups,
+                                       dabsmax.as<float>(), dq.as<uint8_t>(),
+                                       dscale.as<float>(), stream_);
+    };
+    absl::StatusOr<double> t1 = TimeMs(one);
+    if (!t1.ok()) return t1.status();
+    absl::StatusOr<double> t3 = TimeMs(three);
+    if (!t3.ok()) return t3.status();
+    row->rg_quant_us = *t1 * 1e3;
+    row->rg_quant_split_us = *t3 * 1e3;
     return absl::OkStatus();
   }
 
@@ -897,7 +947,8 @@ constexpr char kCsvHeader[] =
     "speedup_fp8_quant,gbps,tflops,pct_bw,path,bf16_path,fp8_path,"
     "bf16_tflops,peak_tflops,pct_peak_bf16,pct_peak_fp8_quant,k_blocks,"
     "fp8_blocks_ms,blocks_path,row_groups,fp8rg_ms_by_way,fp8rg_best_ms,"
-    "fp8rg_best_way,bf16_panels_ms,fp8_quant_panels_ms,fp8_panels_ms\n";
+    "fp8rg_best_way,bf16_panels_ms,fp8_quant_panels_ms,fp8_panels_ms,"
+    "rgq_us,rgq3_us\n";
 
 // One CSV line. shape is NxK (out x in); path is "fallback" when either
 // GEMM of the cell ran on the fallback kernel, else the GEMMs' path.
@@ -940,7 +991,7 @@ std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
   const double bf16_tflops = Tflops(r, r.bf16_ms);
   return absl::StrFormat(
       "%s,%dx%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f,%.2f,%.4f,%.2f,%s,%s,"
-      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f,%.6f,%.6f\n",
+      "%s,%.4f,%.4f,%.2f,%.2f,%d,%.6f,%s,%s,%.6f,%.6f,%.6f,%.3f,%.3f\n",
       backend, r.n, r.k, r.m, r.n, r.k, r.bf16_ms, r.fp8_ms, r.fp8_quant_ms,
       r.quant_us, r.bf16_ms / r.fp8_ms, r.bf16_ms / r.fp8_quant_ms, gbps,
       tflops, 100.0 * gbps / bw_gbps,
@@ -948,7 +999,7 @@ std::string CsvLine(const std::string& backend, const Row& r, double bw_gbps,
       r.fp8_path, bf16_tflops, peak, PctOfPeak(bf16_tflops, peak),
       PctOfPeak(tflops, peak), k_blocks, r.fp8_blocks_ms, r.blocks_path,
       RowGroupCsv(r, row_groups), r.bf16_panels_ms, r.fp8_quant_panels_ms,
-      r.fp8_panels_ms);
+      r.fp8_panels_ms, r.rg_quant_us, r.rg_quant_split_us);
 }
 
 // A percentage cell of the table, "-" for NaN.
@@ -970,8 +1021,12 @@ std::string RowGroupCells(const Row& r) {
   for (size_t w = 0; w < r.rg_ms.size(); ++w) {
     absl::StrAppend(&cells, " ", TimeCell(r.rg_ms[w], r.rg_paths[w]));
   }
-  return absl::StrCat(cells,
-                      absl::StrFormat(" %7.2fx", r.rg_ms[best] / r.fp8_ms));
+  absl::StrAppend(&cells, absl::StrFormat(" %7.2fx", r.rg_ms[best] / r.fp8_ms));
+  if (r.rg_quant_us > 0) {
+    absl::StrAppend(&cells, absl::StrFormat(" %8.2f %8.2f", r.rg_quant_us,
+                                            r.rg_quant_split_us));
+  }
+  return cells;
 }
 
 // The table's --panels cells: bf16p's time, bf16 over it, its share of the
@@ -1096,7 +1151,9 @@ int Main(int argc, char** argv) {
             ? absl::StrFormat(
                   ";\nrg:WAY = the FP8 GEMM with per-sequence scales, the M "
                   "rows in min(%d, M) sequences, each way this backend has; "
-                  "rg/fp8 = the fastest over fp8_ms",
+                  "rg/fp8 = the fastest over fp8_ms; rgq_us, rgq3_us (GPU) = "
+                  "those rows quantized with per-sequence scales in one "
+                  "launch, and in three",
                   c.row_groups)
             : std::string());
     std::string rg_header;
@@ -1106,6 +1163,10 @@ int Main(int argc, char** argv) {
                         absl::StrFormat(" %10s ", "rg:" + way.substr(0, 7)));
       }
       absl::StrAppend(&rg_header, absl::StrFormat(" %7s", "rg/fp8"));
+      if (b.Name() == "cuda") {
+        absl::StrAppend(&rg_header,
+                        absl::StrFormat(" %8s %8s", "rgq_us", "rgq3_us"));
+      }
     }
     absl::PrintF(
         "%6s %6s %6s %10s  %10s  %10s  %9s %8s %8s %8s %8s %7s %7s %7s%s%s%s\n",
