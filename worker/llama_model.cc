@@ -255,12 +255,18 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
     PadBatch(bucket, width, batch);
   }
   OCTET_RETURN_IF_ERROR(UploadBatch(batch));
-  OCTET_ASSIGN_OR_RETURN(const GraphSampling sampling,
-                         StageSampling(rows, bucket));
+  // A staging that fails must not skip the forward: with several ranks the
+  // others are already in its collectives. The forward runs without
+  // sampling, then the staging's error is the step's.
+  const absl::StatusOr<GraphSampling> staged = StageSampling(rows, bucket);
+  const GraphSampling sampling = staged.ok() ? *staged : GraphSampling::kNone;
   const AttentionMetadata meta = BatchMetadata(batch, cache);
-  if (bucket > 0) return ComputeWithGraph({bucket, sampling}, meta, cache);
-  return ComputeAndSample(meta, batch.num_seqs(), batch.num_logit_rows(),
-                          sampling, cache, trace);
+  const absl::Status computed =
+      bucket > 0
+          ? ComputeWithGraph({bucket, sampling}, meta, cache)
+          : ComputeAndSample(meta, batch.num_seqs(), batch.num_logit_rows(),
+                             sampling, cache, trace);
+  return computed.ok() ? staged.status() : computed;
 }
 
 absl::StatusOr<LlamaModel::GraphSampling> LlamaModel::StageSampling(

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -110,12 +111,17 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // Whether a cooperative launch failed because the device will not run one
-// here (not a fault): the caller then takes the separate kernels, said once
-// per process.
+// here (not a fault): the caller then takes the separate kernels from now
+// on (CooperativeLaunchesRefused), said once per process.
 inline bool CooperativeRefused(cudaError_t e) {
   return e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported;
 }
+inline std::atomic<bool>& CooperativeLaunchesRefused() {
+  static std::atomic<bool> refused{false};
+  return refused;
+}
 inline void SayCooperativeRefusedOnce(cudaError_t e) {
+  CooperativeLaunchesRefused() = true;
   static std::once_flag once;
   std::call_once(once, [e] {
     std::fprintf(stderr,
@@ -136,6 +142,7 @@ cudaError_t LaunchGroupQuantizeGrid(RowsOf rows_of, int64_t rows, int64_t cols,
                                     const int32_t* row_group, int64_t groups,
                                     float* absmax, uint8_t* q, float* scale,
                                     cudaStream_t stream) {
+  if (CooperativeLaunchesRefused()) return cudaErrorNotSupported;
   const auto kernel = GroupQuantizeGridKernel<kBlockThreads, RowsOf>;
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&device);

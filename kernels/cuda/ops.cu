@@ -717,9 +717,7 @@ absl::Status FusedQuantizeGroups(const FusedInput& in, int64_t rows,
     return absl::InvalidArgumentError(
         "FusedQuantizeGroups: groups without a row map");
   }
-  if (rows == 0 || cols == 0) {
-    return FusedAbsMax(in, rows, cols, row_group, groups, absmax, stream);
-  }
+  if (rows == 0) return absl::OkStatus();
   const cudaError_t e = LaunchGroupQuantizeGrid<kThreads>(
       ProducedRows{in, cols}, rows, cols, row_group, groups, absmax, q, scale,
       stream);

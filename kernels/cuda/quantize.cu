@@ -426,6 +426,10 @@ absl::Status CudaE4m3Quantizer::QuantizeGroups(
       CheckGroups(x, x_dtype, rows, cols, d_row_group, groups, d_absmax,
                   "CudaE4m3Quantizer::QuantizeGroups");
   if (!args.ok()) return args;
+  if (d_scale == nullptr || (rows * cols > 0 && q == nullptr)) {
+    return absl::InvalidArgumentError(
+        "CudaE4m3Quantizer::QuantizeGroups: null codes or scales");
+  }
   const cudaError_t e =
       x_dtype == DType::kBf16
           ? LaunchGroupQuantizeGrid<kThreads>(

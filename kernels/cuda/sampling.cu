@@ -311,6 +311,7 @@ struct CudaSampler::Scratch {
     }
     if (host_staging != nullptr) cudaFreeHost(host_staging);
     if (host_results != nullptr) cudaFreeHost(host_results);
+    if (staged_copy != nullptr) cudaEventDestroy(staged_copy);
   }
 
   // Grows the device buffer `p` of `*have` bytes to at least `want`;
@@ -344,7 +345,8 @@ struct CudaSampler::Scratch {
   // The sort's scratch bytes for `segments` rows of `vocab` keys.
   absl::StatusOr<size_t> SortTempBytes(int64_t segments, int64_t vocab);
   // Sends `h` up in one copy through pinned memory, with room for
-  // `room_rows` rows and `room_segments` segments; sets `staged_rows`.
+  // `room_rows` rows and `room_segments` segments; sets rows, offsets and
+  // history.
   absl::Status Upload(const HostRows& h, int64_t room_rows,
                       int64_t room_segments, cudaStream_t stream, bool* moved);
   // Sorts each segment's keys with their ids, descending, stably.
@@ -362,6 +364,11 @@ struct CudaSampler::Scratch {
   size_t staged_bytes = 0, host_staging_bytes = 0;
   void *results = nullptr, *host_results = nullptr;
   size_t results_bytes = 0, host_results_bytes = 0;
+  // Recorded after each copy up: host_staging is rewritten only once the
+  // last copy from it is done (a step that failed never waited for it).
+  cudaEvent_t staged_copy = nullptr;
+  // A buffer a capture names moved since a staging last said so.
+  bool moved = false;
 
   // The last staging: its shape, and where its pieces are on the device.
   int64_t staged_rows = 0, staged_segments = 0, staged_vocab = 0;
@@ -422,8 +429,14 @@ absl::Status CudaSampler::Scratch::Upload(const HostRows& h, int64_t room_rows,
   const size_t room = Align(room_rows * sizeof(DeviceRow)) +
                       Align((room_segments + 1) * sizeof(int32_t)) +
                       HistoryRoom(h.history.size()) * sizeof(int32_t);
+  if (staged_copy == nullptr) {
+    OCTET_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&staged_copy, cudaEventDisableTiming));
+  }
+  OCTET_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_copy));
+  bool host_moved = false;  // no capture names host_staging: the copy is not
   OCTET_RETURN_IF_ERROR(
-      GrowPinned(&host_staging, &host_staging_bytes, room, moved));
+      GrowPinned(&host_staging, &host_staging_bytes, room, &host_moved));
   OCTET_RETURN_IF_ERROR(Grow(&staged, &staged_bytes, room, moved));
   char* host = static_cast<char*>(host_staging);
   std::memcpy(host, h.rows.data(), h.rows.size() * sizeof(DeviceRow));
@@ -433,6 +446,7 @@ absl::Status CudaSampler::Scratch::Upload(const HostRows& h, int64_t room_rows,
               history_bytes);
   OCTET_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(staged, host, used, cudaMemcpyHostToDevice, stream));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_copy, stream));
   const char* dev = static_cast<const char*>(staged);
   rows = reinterpret_cast<const DeviceRow*>(dev);
   offsets = reinterpret_cast<const int32_t*>(dev + rows_bytes);
@@ -455,23 +469,24 @@ absl::Status CudaSampler::Scratch::SortSegments(cudaStream_t stream) {
 absl::StatusOr<SampleStaging> CudaSampler::Stage(
     int64_t vocab, absl::Span<const SampleRow> rows, const SampleLayout& layout,
     cudaStream_t stream) {
+  Scratch& m = *scratch_;
+  m.staged_rows = 0;  // nothing to Run or Take until this staging holds
   OCTET_ASSIGN_OR_RETURN(SampleStaging plan,
                          PlanSampleStaging(vocab, rows, layout));
   OCTET_ASSIGN_OR_RETURN(const HostRows h,
                          LayOutRows(rows, vocab, plan, layout.padded_rows > 0));
-  Scratch& m = *scratch_;
   // Room for this staging and for `reserve_rows` rows, all sorted.
   const int64_t room_rows = std::max(plan.rows, layout.reserve_rows);
   const int64_t room_segments = std::max(h.segments, layout.reserve_rows);
-  bool moved = false;
-  m.staged_rows = 0;  // until the buffers hold this staging
-  OCTET_RETURN_IF_ERROR(m.GrowWork(room_rows, room_segments, vocab, &moved));
   OCTET_RETURN_IF_ERROR(
-      m.Upload(h, room_rows, room_segments, stream, &moved));
+      m.GrowWork(room_rows, room_segments, vocab, &m.moved));
+  OCTET_RETURN_IF_ERROR(
+      m.Upload(h, room_rows, room_segments, stream, &m.moved));
   m.staged_rows = plan.rows;
   m.staged_segments = h.segments;
   m.staged_vocab = vocab;
-  plan.moved = moved;
+  plan.moved = m.moved;
+  m.moved = false;
   return plan;
 }
 

@@ -12,8 +12,10 @@
 //      with a sort segment, sort keys (NaN as -inf, -0 as +0) and their ids.
 //   2. The segments' keys are sorted descending and stably (CUB's
 //      segmented sort): the host's order, larger first, lower id on ties.
-//      Below CUB's partitioning threshold (300 segments) it only launches
-//      kernels, so a graph can hold it.
+//      Up to CUB's partitioning threshold (500 segments on sm_89 and
+//      sm_90; ModelOptions::graph_max_batch is 64) it only launches
+//      kernels, so a graph can hold it; above, CUB waits on the host and
+//      the capture fails (its graph then runs eagerly, said once).
 //   3. DrawKernel, a block per row: greedy rows take the argmax (the
 //      ArgmaxIndex rule); drawing rows walk their sorted keys with the
 //      host's arithmetic (binary64 softmax at the temperature, top-k cut,
@@ -32,8 +34,9 @@
 // (tests/kernels/backend_sampling_test.cc), not always with the same bits.
 //
 // Buffers (device and pinned) grow to the largest staging and are kept; a
-// steady batch size allocates nothing, and a staging that grows one says so
-// (SampleStaging::moved). One sampler serves one stream at a time.
+// steady batch size allocates nothing, and a staging that grows one a
+// capture names says so (SampleStaging::moved; a failed staging's growth
+// is said by the next). One sampler serves one stream at a time.
 #pragma once
 
 #include <cuda_runtime_api.h>

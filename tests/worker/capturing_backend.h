@@ -38,8 +38,9 @@ class CapturingBackend : public Backend {
   // Fail the next capture's EndCapture (a capture CUDA refuses).
   void FailNextCapture() { fail_next_ = true; }
   // Answer the next StageSample as if its buffers had moved (CUDA's grow
-  // when a history outgrows them).
+  // when a history outgrows them), or with an error (CUDA out of memory).
   void MoveSampleBuffersAtNextStage() { move_sample_buffers_ = true; }
+  void FailNextStage() { fail_next_stage_ = true; }
   // Device work run outside any capture or replay, and host waits, so far:
   // a replayed decode step has none of the first and one of the second.
   int64_t eager_ops() const { return eager_ops_; }
@@ -96,6 +97,10 @@ class CapturingBackend : public Backend {
       int64_t vocab, absl::Span<const SampleRow> rows,
       const SampleLayout& layout) override {
     if (capturing_) return Refuse("StageSample");
+    if (fail_next_stage_) {
+      fail_next_stage_ = false;
+      return absl::ResourceExhaustedError("StageSample (CapturingBackend)");
+    }
     absl::StatusOr<SampleStaging> staged =
         inner_->StageSample(vocab, rows, layout);
     if (staged.ok() && move_sample_buffers_) {
@@ -327,6 +332,7 @@ class CapturingBackend : public Backend {
   bool fail_next_ = false;
   bool claims_fusion_ = false;
   bool move_sample_buffers_ = false;
+  bool fail_next_stage_ = false;
   std::vector<Op> recording_;
   std::function<absl::Status()> host_wait_check_;
   int64_t captures_ = 0, replays_ = 0, fused_quantizes_ = 0,

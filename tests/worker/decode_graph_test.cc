@@ -379,6 +379,37 @@ TEST_P(DecodeGraphTest, ADecodeStepSamplesInItsGraphAndWaitsOnce) {
   EXPECT_EQ(stats.replays, steps - 2);
 }
 
+// A step whose sampling cannot be staged still runs its forward (with
+// several ranks the others are already in its collectives) and then fails:
+// its keys and values are in the cache, so the next steps' logits are
+// those of a model that ran it.
+TEST_P(DecodeGraphTest, AFailedStagingStillRunsTheForward) {
+  ASSERT_NE(graphed_, nullptr);
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  std::vector<int32_t> te, tg;
+  ASSERT_TRUE(eager_cache->Reserve(8, &te).ok());
+  ASSERT_TRUE(graph_cache->Reserve(8, &tg).ok());
+  const std::vector<int32_t> prompt = {4, 8, 15, 16, 23};
+  const std::vector<SampleRow> rows = {{.logits_row = 0, .position = 5}};
+  std::vector<SampledToken> tokens;
+  std::vector<float> le, lg;
+  ASSERT_TRUE(eager_->Forward({{prompt, 0, &te}}, *eager_cache, &le).ok());
+  capturing_->FailNextStage();
+  EXPECT_EQ(
+      graphed_->ForwardSample({{prompt, 0, &tg}}, *graph_cache, rows, &tokens)
+          .code(),
+      absl::StatusCode::kResourceExhausted);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> next = {static_cast<int32_t>(42 + step)};
+    ASSERT_TRUE(
+        eager_->Forward({{next, 5 + step, &te}}, *eager_cache, &le).ok());
+    ASSERT_TRUE(
+        graphed_->Forward({{next, 5 + step, &tg}}, *graph_cache, &lg).ok());
+    ASSERT_EQ(lg, le) << "step " << step;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Methods, DecodeGraphTest,
                          ::testing::Values(LinearMethod::kNone,
                                            LinearMethod::kFp8),
