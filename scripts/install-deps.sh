@@ -13,7 +13,8 @@
 #          PyPI in $BUILD_DIR/tools-venv (scripts/check-deploy.sh)
 #
 # The CUDA toolkit is not a Debian package: when present (nvcc on PATH or in
-# /usr/local/cuda) the CUDA backend is built, otherwise it is left out.
+# /usr/local/cuda) the CUDA backend is built, otherwise it is left out; with
+# it, CUTLASS's headers come from PyPI (scripts/fetch-cutlass.sh).
 set -euo pipefail
 
 group="${1:-all}"
@@ -86,6 +87,13 @@ apt_install() {
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   apt_install "${missing[@]}"
+fi
+
+# CUTLASS's headers (PyPI, pinned) for the CUDA backend's CUTLASS GEMM,
+# where the CUDA toolkit is; without PyPI the build leaves that GEMM out.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  "$(dirname "$0")/fetch-cutlass.sh" > /dev/null ||
+    echo "install-deps: no CUTLASS headers: the CUTLASS GEMM is left out" >&2
 fi
 
 [ "$group" = all ] || exit 0

@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_cutlass.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
@@ -353,15 +354,23 @@ class CudaBackend : public Backend {
     GemmWays ways;
     ways.device = absl::StrCat(DescribeCudaDevice(device_), ", ",
                                CublasLtGemm::LibraryVersion());
+    // The ways this build and device run as themselves; CUTLASS's, last,
+    // only where it is (so way i is RowScaling i).
     for (int i = 0; i < CublasLtGemm::kRowScalings; ++i) {
-      ways.names.emplace_back(CublasLtGemm::RowScalingName(
-          static_cast<CublasLtGemm::RowScaling>(i)));
+      const auto way = static_cast<CublasLtGemm::RowScaling>(i);
+      if (!gemm_->RowScalingAvailable(way)) continue;
+      ways.names.emplace_back(CublasLtGemm::RowScalingName(way));
+    }
+    if (gemm_->RowScalingAvailable(CublasLtGemm::RowScaling::kCutlass)) {
+      absl::StrAppend(&ways.device, ", CUTLASS ", cutlass_gemm::Version());
     }
     return ways;
   }
   absl::Status SetRowGroupGemmWay(int64_t rows, const LinearWeight& w,
                                   int way) override {
-    if (way < 0 || way >= CublasLtGemm::kRowScalings) {
+    if (way < 0 || way >= CublasLtGemm::kRowScalings ||
+        !gemm_->RowScalingAvailable(
+            static_cast<CublasLtGemm::RowScaling>(way))) {
       return absl::InvalidArgumentError(
           absl::StrCat("SetRowGroupGemmWay: no way ", way));
     }

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_cutlass.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/gemm_args.h"
 
@@ -227,6 +228,8 @@ struct CublasLtGemm::State {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const Options options;
+  // CUTLASS's GEMM is built and the device is sm_90 (RowScaling::kCutlass).
+  bool cutlass = false;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   float* one = nullptr;  // device 1.0f: the unit scale
@@ -265,6 +268,13 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     const Options& options) {
   auto state = std::make_unique<State>(options);
   OCTET_CUDA_RETURN_IF_ERROR(cublasLtCreate(&state->handle));
+  int device = 0, major = 0, minor = 0;
+  OCTET_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
+      &major, cudaDevAttrComputeCapabilityMajor, device));
+  OCTET_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
+      &minor, cudaDevAttrComputeCapabilityMinor, device));
+  state->cutlass = cutlass_gemm::Built() && major == 9 && minor == 0;
   if (options.workspace_bytes > 0) {
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaMalloc(&state->workspace, options.workspace_bytes));
@@ -592,7 +602,19 @@ std::string CublasLtGemm::LibraryVersion() {
 }
 
 absl::string_view CublasLtGemm::RowScalingName(RowScaling way) {
-  return way == RowScaling::kTwoPass ? "two-pass" : "outer-vector";
+  switch (way) {
+    case RowScaling::kOuterVector:
+      return "outer-vector";
+    case RowScaling::kTwoPass:
+      return "two-pass";
+    case RowScaling::kCutlass:
+      return "cutlass";
+  }
+  return "?";
+}
+
+bool CublasLtGemm::RowScalingAvailable(RowScaling way) const {
+  return way != RowScaling::kCutlass || state_->cutlass;
 }
 
 void CublasLtGemm::SetRowScaling(int64_t m, int64_t plan_n, int64_t n,
@@ -633,6 +655,10 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
     OCTET_RETURN_IF_ERROR(OuterVectorE4m3(qa, d_scale_a, d_row_group, qb,
                                           d_scale_b, b_per_column, m, n, k,
                                           plan_n, y, y_dtype, stream, &done));
+  } else if (way == RowScaling::kCutlass) {
+    OCTET_RETURN_IF_ERROR(CutlassE4m3(qa, d_scale_a, d_row_group, qb, d_scale_b,
+                                      b_per_column, m, n, k, y, y_dtype, stream,
+                                      &done));
   }
   if (done) return absl::OkStatus();
   // Two passes: the unscaled product, then each row scaled.
@@ -653,6 +679,28 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
 // times *d_scale_b for a per-tensor weight (multiplied first, as the
 // contract rounds), by a tiny kernel. Columns: ones, or the weight's
 // per-column scales.
+absl::Status CublasLtGemm::CutlassE4m3(
+    const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
+    const uint8_t* qb, const float* d_scale_b, bool b_per_column, int64_t m,
+    int64_t n, int64_t k, void* y, DType y_dtype, cudaStream_t stream,
+    bool* done) {
+  *done = false;
+  if (!state_->cutlass || b_per_column || y_dtype != DType::kBf16 ||
+      m > kMaxOuterRows || !cutlass_gemm::Serves(m, n, k, qa, qb, y)) {
+    return absl::OkStatus();  // two passes
+  }
+  absl::MutexLock lock(&state_->mu);
+  // The scales' product per row (the contract's order), then one GEMM.
+  OCTET_RETURN_IF_ERROR(CudaRowScales(d_scale_a, d_row_group, d_scale_b, m,
+                                      state_->row_scales, stream));
+  state_->last_path = Path::kCutlass;
+  OCTET_RETURN_IF_ERROR(cutlass_gemm::RowScaledE4m3(
+      qa, qb, state_->row_scales, m, n, k, y, state_->workspace,
+      state_->options.workspace_bytes, stream));
+  *done = true;
+  return absl::OkStatus();
+}
+
 absl::Status CublasLtGemm::OuterVectorE4m3(
     const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
     const uint8_t* qb, const float* d_scale_b, bool b_per_column, int64_t m,
@@ -766,6 +814,8 @@ absl::string_view CublasLtGemm::PathName(Path path) {
       return "cublaslt";
     case Path::kFallback:
       return "fallback";
+    case Path::kCutlass:
+      return "cutlass";
   }
   return "?";
 }

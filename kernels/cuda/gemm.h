@@ -72,8 +72,9 @@ class CublasLtGemm {
         };
   };
 
-  // kNone: no GEMM has run (no call yet, or K == 0, which only zeroes Y).
-  enum class Path { kNone, kCublasLt, kFallback };
+  // kNone: no GEMM has run (no call yet, or K == 0, which only zeroes Y);
+  // kCutlass: CUTLASS's (RowScaling::kCutlass).
+  enum class Path { kNone, kCublasLt, kFallback, kCutlass };
 
   static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(
       const Options& options);
@@ -111,13 +112,21 @@ class CublasLtGemm {
   //     vectors (where cuBLASLt takes them; two passes where it will not);
   //   kTwoPass: the scalar-scaled GEMM into binary32, then
   //     CudaScaleRowGroups scales each row and rounds once (the contract's
-  //     order, scale product first).
+  //     order, scale product first);
+  //   kCutlass: CUTLASS's sm_90 FP8 GEMM with the row scales (scale
+  //     product first) in its epilogue, bfloat16 out (gemm_cutlass.h);
+  //     where it is not built, not on an sm_90 device, or does not serve
+  //     the call (per-column weight scales, binary32 output, K not a
+  //     multiple of 16, N of 8, misaligned operands): two passes.
   // Which is faster depends on the shape and M (an H200 ran Mistral-7B's
   // decode at batch 8 in 6.97 ms/step with the first, 5.29 with the
   // second), so it is measured, not guessed (worker/gemm_choices.h).
-  enum class RowScaling { kOuterVector, kTwoPass };
-  static constexpr int kRowScalings = 2;
+  enum class RowScaling { kOuterVector, kTwoPass, kCutlass };
+  static constexpr int kRowScalings = 3;
   static absl::string_view RowScalingName(RowScaling way);
+  // Whether `way` runs here as itself (kCutlass: built, and the device is
+  // sm_90), so that it is worth measuring.
+  bool RowScalingAvailable(RowScaling way) const;
   // From now on, a call whose M is in (RowBucket(m) / 2, RowBucket(m)]
   // (kernels/gemm_args.h) against the layer plan_n (0: n) x k, with a
   // weight scale per column or not, scales its rows `way`. Unset:
@@ -178,6 +187,13 @@ class CublasLtGemm {
                           const float* d_scale_b, bool b_per_column, int64_t m,
                           int64_t n, int64_t k, int64_t plan_n, void* y,
                           DType y_dtype, cudaStream_t stream);
+  // ScaledE4m3 through CUTLASS; *done false where it does not serve the
+  // call (the caller takes the two passes).
+  absl::Status CutlassE4m3(const uint8_t* qa, const float* d_scale_a,
+                           const int32_t* d_row_group, const uint8_t* qb,
+                           const float* d_scale_b, bool b_per_column, int64_t m,
+                           int64_t n, int64_t k, void* y, DType y_dtype,
+                           cudaStream_t stream, bool* done);
   // ScaledE4m3 in one GEMM with outer-vector scales; *done false when
   // cuBLASLt refuses them (the caller takes the two passes).
   absl::Status OuterVectorE4m3(const uint8_t* qa, const float* d_scale_a,

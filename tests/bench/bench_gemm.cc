@@ -27,7 +27,8 @@
 //                 activation scales, the M rows in min(G, M) sequences, as
 //                 QKV and gate_up run in a batched step: on the GPU each way
 //                 CublasLtGemm applies them (outer-vector scales in one
-//                 GEMM, or a binary32 product then a row-scaling pass;
+//                 GEMM, a binary32 product then a row-scaling pass, or
+//                 CUTLASS's GEMM with the scales in its epilogue on sm_90;
 //                 worker/gemm_choices.h picks one by timing them at load),
 //                 on the CPU its one way; and the fastest over fp8_ms
 //   rgq_us        with --row_groups G on the GPU: the dynamic quantization
@@ -643,8 +644,10 @@ class CudaBackend : public Backend {
   std::vector<std::string> RowGroupWays() const override {
     std::vector<std::string> ways;
     for (int w = 0; w < CublasLtGemm::kRowScalings; ++w) {
-      ways.emplace_back(CublasLtGemm::RowScalingName(
-          static_cast<CublasLtGemm::RowScaling>(w)));
+      const auto way = static_cast<CublasLtGemm::RowScaling>(w);
+      if (gemm_->RowScalingAvailable(way)) {
+        ways.emplace_back(CublasLtGemm::RowScalingName(way));
+      }
     }
     return ways;
   }
@@ -801,6 +804,7 @@ class CudaBackend : public Backend {
     };
     for (int w = 0; w < CublasLtGemm::kRowScalings; ++w) {
       const auto way = static_cast<CublasLtGemm::RowScaling>(w);
+      if (!gemm_->RowScalingAvailable(way)) continue;
       gemm_->SetRowScaling(m, 0, n, k, false, way);
       absl::StatusOr<double> t = TimeMs(call);
       if (!t.ok()) return t.status();

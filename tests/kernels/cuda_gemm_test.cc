@@ -206,18 +206,28 @@ TEST(CudaGemm, CachedPlanTakesEachCallsScales) {
 
 // Per-sequence activation scales, each way CublasLtGemm has of applying
 // them (SetRowScaling; worker/gemm_choices.h chooses by measuring): one
-// cuBLASLt GEMM with outer-vector scales, or a binary32 product then a
-// row-scaling pass. Each group's rows are its own GEMM scaled by its scale
-// times the weight's, with no fallback said.
+// cuBLASLt GEMM with outer-vector scales, a binary32 product then a
+// row-scaling pass, or CUTLASS's GEMM with the scales in its epilogue
+// (bfloat16 out; binary32 takes the two passes). Each group's rows are its
+// own GEMM scaled by its scale times the weight's, with no fallback said.
+// The CUTLASS way needs an sm_90 device and a build with CUTLASS: on an
+// H200 its skip fails gpu-check.
 class CudaRowScalingTest
     : public ::testing::TestWithParam<CublasLtGemm::RowScaling> {};
 INSTANTIATE_TEST_SUITE_P(
     Ways, CudaRowScalingTest,
     ::testing::Values(CublasLtGemm::RowScaling::kOuterVector,
-                      CublasLtGemm::RowScaling::kTwoPass),
+                      CublasLtGemm::RowScaling::kTwoPass,
+                      CublasLtGemm::RowScaling::kCutlass),
     [](const auto& info) {
-      return info.param == CublasLtGemm::RowScaling::kTwoPass ? "TwoPass"
-                                                              : "OuterVector";
+      switch (info.param) {
+        case CublasLtGemm::RowScaling::kTwoPass:
+          return std::string("TwoPass");
+        case CublasLtGemm::RowScaling::kCutlass:
+          return std::string("Cutlass");
+        default:
+          return std::string("OuterVector");
+      }
     });
 
 TEST_P(CudaRowScalingTest, RowGroupsScaleEachSequence) {
@@ -227,6 +237,9 @@ TEST_P(CudaRowScalingTest, RowGroupsScaleEachSequence) {
   options.on_fallback = [&](const std::string& m) { said.push_back(m); };
   auto gemm = CublasLtGemm::Create(options);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
+  if (!(*gemm)->RowScalingAvailable(GetParam())) {
+    GTEST_SKIP() << "CUTLASS's GEMM is not built, or this GPU is not sm_90";
+  }
   const std::vector<int64_t> sizes = {1, 7, 32};
   const std::vector<float> group_scales = {0.5f, 0.03f, 2.0f};
   const float sb = 0.25f;
@@ -251,7 +264,10 @@ TEST_P(CudaRowScalingTest, RowGroupsScaleEachSequence) {
         y_bf16 ? DType::kBf16 : DType::kF32, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     OCTET_ASSERT_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ((*gemm)->LastPath(), CublasLtGemm::Path::kCublasLt);
+    const bool cutlass =
+        GetParam() == CublasLtGemm::RowScaling::kCutlass && y_bf16;
+    EXPECT_EQ((*gemm)->LastPath(), cutlass ? CublasLtGemm::Path::kCutlass
+                                           : CublasLtGemm::Path::kCublasLt);
     const std::vector<float> y = DeviceOutput(dy.get(), y_bf16, s);
     int64_t first = 0;
     for (size_t g = 0; g < sizes.size(); ++g) {
