@@ -300,7 +300,8 @@ class Backend {
   // block per row that makes the row, takes its absmax in the block's own
   // reduction and writes its codes and scale; for other groups (a
   // prefill's sequences) a cooperative grid that syncs between the absmax
-  // and the codes. The two calls take three launches.
+  // and the codes (one group in memory keeps the whole-tensor kernels: two
+  // launches). The two calls take three launches.
   virtual absl::Status QuantizeGroups(const void* x, const FusedInput* in,
                                       int64_t rows, int64_t cols,
                                       const RowGroups& groups, float* absmax,

@@ -318,6 +318,12 @@ class CudaBackend : public Backend {
       return cuda::FusedQuantizeGroups(*in, rows, cols, groups.row_group,
                                        groups.count, absmax, q, scale, stream_);
     }
+    if (groups.count == 1) {
+      // One tensor in memory: the whole-tensor kernels' 16-byte loads (two
+      // launches, no memset) rather than the grid's row by row.
+      return Backend::QuantizeGroups(x, in, rows, cols, groups, absmax, q,
+                                     scale);
+    }
     return quantizer_->QuantizeGroups(x, DType::kBf16, rows, cols,
                                       groups.row_group, groups.count, absmax, q,
                                       scale, stream_);
