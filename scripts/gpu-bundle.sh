@@ -20,7 +20,7 @@
 #   flock /tmp/octet-build.lock scripts/gpu-bundle.sh   # builds first (make build)
 #   then, on the GPU machine:  .gpu-bundle/gpu-check.sh [OUTPUT_DIR]
 #
-# The programs and libraries (~60 MiB) travel as payload.tar.gz (~22 MiB),
+# The programs and libraries (~98 MiB) travel as payload.tar.gz (~37 MiB),
 # which gpu-check.sh unpacks into a temporary folder. Prints the bundle's
 # size and fails above 48 MiB (the rest of the 64 MiB is the working tree's
 # and headroom).
