@@ -675,10 +675,8 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
                             b_per_column, y, y_dtype, stream);
 }
 
-// One GEMM where cuBLASLt takes outer-vector scales. Rows: d_scale_a[g],
-// times *d_scale_b for a per-tensor weight (multiplied first, as the
-// contract rounds), by a tiny kernel. Columns: ones, or the weight's
-// per-column scales.
+// One CUTLASS GEMM with the rows' scales (d_scale_a[g] times the
+// weight's per-tensor scale, by the same tiny kernel) in its epilogue.
 absl::Status CublasLtGemm::CutlassE4m3(
     const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
     const uint8_t* qb, const float* d_scale_b, bool b_per_column, int64_t m,
@@ -693,14 +691,25 @@ absl::Status CublasLtGemm::CutlassE4m3(
   // The scales' product per row (the contract's order), then one GEMM.
   OCTET_RETURN_IF_ERROR(CudaRowScales(d_scale_a, d_row_group, d_scale_b, m,
                                       state_->row_scales, stream));
-  state_->last_path = Path::kCutlass;
-  OCTET_RETURN_IF_ERROR(cutlass_gemm::RowScaledE4m3(
+  const absl::Status s = cutlass_gemm::RowScaledE4m3(
       qa, qb, state_->row_scales, m, n, k, y, state_->workspace,
-      state_->options.workspace_bytes, stream));
+      state_->options.workspace_bytes, stream);
+  if (absl::IsFailedPrecondition(s)) {  // refused: two passes, said once
+    state_->SayOnce({true, n, k, 0, true},
+                    absl::StrCat(s.message(), " (N=", n, " K=", k,
+                                 "): two passes instead"));
+    return absl::OkStatus();
+  }
+  OCTET_RETURN_IF_ERROR(s);
+  state_->last_path = Path::kCutlass;
   *done = true;
   return absl::OkStatus();
 }
 
+// One GEMM where cuBLASLt takes outer-vector scales. Rows: d_scale_a[g],
+// times *d_scale_b for a per-tensor weight (multiplied first, as the
+// contract rounds), by a tiny kernel. Columns: ones, or the weight's
+// per-column scales.
 absl::Status CublasLtGemm::OuterVectorE4m3(
     const uint8_t* qa, const float* d_scale_a, const int32_t* d_row_group,
     const uint8_t* qb, const float* d_scale_b, bool b_per_column, int64_t m,

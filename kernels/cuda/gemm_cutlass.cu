@@ -2,6 +2,9 @@
 // CUTLASS headers as system headers (their warnings are theirs).
 #include "kernels/cuda/gemm_cutlass.h"
 
+#include <string>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -56,9 +59,14 @@ bool Aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// can_implement's refusal is FailedPrecondition (the caller takes another
+// way); a failure after it, Internal.
 absl::Status Refused(const char* step, cutlass::Status s) {
-  return absl::InternalError(absl::StrCat("CUTLASS FP8 GEMM: ", step, ": ",
-                                          cutlassGetStatusString(s)));
+  const std::string message = absl::StrCat("CUTLASS FP8 GEMM: ", step, ": ",
+                                           cutlassGetStatusString(s));
+  return std::string_view(step) == "can_implement"
+             ? absl::FailedPreconditionError(message)
+             : absl::InternalError(message);
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ bool Serves(int64_t m, int64_t n, int64_t k, const void* qa, const void* qb,
 // The formula above, enqueued on `stream` (capturable). qa [m][k], qb
 // [n][k] e4m3 codes, row_scale device [m], y bfloat16 [m][n]; `workspace`
 // of `workspace_bytes` for CUTLASS's tile scheduler (an error when too
-// small). FailedPrecondition when !Built() or !Serves(...).
+// small). FailedPrecondition, nothing enqueued, when !Built(),
+// !Serves(...) or CUTLASS's can_implement refuses the problem.
 absl::Status RowScaledE4m3(const uint8_t* qa, const uint8_t* qb,
                            const float* row_scale, int64_t m, int64_t n,
                            int64_t k, void* y, void* workspace,
