@@ -1008,7 +1008,8 @@ absl::StatusOr<Output> RunGemmE4m3(Backend& b, int64_t in, int64_t out,
 
 // GemmE4m3 with each row its own sequence (a decode batch), run the first
 // and the last way the backend has (RowGroupGemmWays; CUDA: outer-vector
-// scales, two passes): each within the GEMM bound of the reference. A
+// scales, and two passes or, on sm_90 with CUTLASS built, CUTLASS's GEMM):
+// each within the GEMM bound of the reference. A
 // backend with one way must answer SetRowGroupGemmWay Unimplemented.
 absl::StatusOr<Output> RunGemmE4m3Ways(Backend& b) {
   const Backend::GemmWays ways = b.RowGroupGemmWays();
