@@ -342,8 +342,11 @@ struct CudaSampler::Scratch {
   // sort's scratch for those segments.
   absl::Status GrowWork(int64_t n, int64_t segments, int64_t vocab,
                         bool* moved);
-  // The sort's scratch bytes for `segments` rows of `vocab` keys.
+  // The sort's scratch bytes for `segments` rows of `vocab` keys; CUB is
+  // asked once per shape (a decode step stages the same shape each time).
   absl::StatusOr<size_t> SortTempBytes(int64_t segments, int64_t vocab);
+  int64_t asked_segments = -1, asked_vocab = -1;
+  size_t asked_bytes = 0;
   // Sends `h` up in one copy through pinned memory, with room for
   // `room_rows` rows and `room_segments` segments; sets rows, offsets and
   // history.
@@ -389,6 +392,7 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create() {
 absl::StatusOr<size_t> CudaSampler::Scratch::SortTempBytes(int64_t segments,
                                                            int64_t vocab) {
   if (segments == 0) return size_t{0};
+  if (segments == asked_segments && vocab == asked_vocab) return asked_bytes;
   size_t bytes = 0;
   // A size query: no work is queued and no pointer is read.
   OCTET_CUDA_RETURN_IF_ERROR(
@@ -397,6 +401,9 @@ absl::StatusOr<size_t> CudaSampler::Scratch::SortTempBytes(int64_t segments,
           static_cast<float*>(keys_sorted), static_cast<const int32_t*>(ids),
           static_cast<int32_t*>(ids_sorted), segments * vocab, segments,
           offsets, offsets + 1, cudaStream_t{}));
+  asked_segments = segments;
+  asked_vocab = vocab;
+  asked_bytes = bytes;
   return bytes;
 }
 
