@@ -111,6 +111,22 @@ struct AttentionMetadata {
   // parts of the keys) plans with these, so that a head's arithmetic does
   // not change with the TP degree.
   int64_t full_heads = 0, full_kv_heads = 0;
+  // Set by the model when the backend's PlanAttention planned this
+  // forward's Attention calls on the host; they then follow that plan.
+  bool host_planned = false;
+};
+
+// The host's view of a forward's sequences, for a backend that plans its
+// attention on the host (Backend::PlanAttention).
+struct AttentionBatch {
+  // [sequences + 1]: sequence s's new tokens are the rows
+  // [query_start[s], query_start[s + 1]), consecutive positions.
+  absl::Span<const int32_t> query_start;
+  // [sequences]: the positions cached for s once its new tokens' keys are
+  // written (its last new position + 1).
+  absl::Span<const int32_t> context;
+  // [sequences][max_blocks]: the block tables, as AttentionMetadata's.
+  absl::Span<const int32_t> block_tables;
 };
 
 // The query tiles of a batch whose sequences' new tokens are the runs
@@ -243,6 +259,19 @@ class Backend {
                                  const AttentionMetadata& meta,
                                  const void* k_cache, const void* v_cache,
                                  void* out) = 0;
+  // Plans the Attention calls of one forward on the host where the backend
+  // does so (CUDA: a prefill through FlashInfer, whose schedule the host
+  // makes): true when it planned, and the model then sets
+  // meta.host_planned for the forward's Attention calls with these heads;
+  // false (the default): Attention plans from the device metadata alone.
+  // Called outside captures only, after the metadata is on the device.
+  virtual absl::StatusOr<bool> PlanAttention(const AttentionBatch& /*batch*/,
+                                             const AttentionMetadata& /*meta*/,
+                                             int64_t /*heads*/,
+                                             int64_t /*kv_heads*/,
+                                             int64_t /*head_dim*/) {
+    return false;
+  }
   // The largest head_dim Attention takes (models are checked at load).
   virtual int64_t max_head_dim() const = 0;
   // Attention reads each key once for a tile of queries when the metadata

@@ -1,7 +1,8 @@
 // LlamaModel's batch metadata: a forward's steps checked against the model
 // and the cache, laid out on the host (ids, positions, KV slots, each
 // token's sequence, last rows, block tables, query tiles), copied to the
-// device in one copy, and described to attention (AttentionMetadata).
+// device in one copy, and described to attention (AttentionMetadata, and
+// for a backend that plans attention on the host, AttentionBatch).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -148,6 +149,20 @@ AttentionMetadata LlamaModel::BatchMetadata(const HostBatch& batch,
   meta.full_heads = config_.num_heads;  // TP = 1's, for attention plans
   meta.full_kv_heads = config_.num_kv_heads;
   return meta;
+}
+
+absl::StatusOr<bool> LlamaModel::PlanAttention(const HostBatch& batch,
+                                               const AttentionMetadata& meta) {
+  std::vector<int32_t> query_start = {0}, context;
+  for (const int32_t last : batch.last_rows) {
+    query_start.push_back(last + 1);
+    context.push_back(batch.positions[last] + 1);
+  }
+  return backend_.PlanAttention(AttentionBatch{.query_start = query_start,
+                                               .context = context,
+                                               .block_tables = batch.tables},
+                                meta, plan_.heads, plan_.kv_heads,
+                                config_.head_dim);
 }
 
 }  // namespace octet

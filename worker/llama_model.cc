@@ -260,13 +260,19 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   // sampling, then the staging's error is the step's.
   const absl::StatusOr<GraphSampling> staged = StageSampling(rows, bucket);
   const GraphSampling sampling = staged.ok() ? *staged : GraphSampling::kNone;
-  const AttentionMetadata meta = BatchMetadata(batch, cache);
+  AttentionMetadata meta = BatchMetadata(batch, cache);
+  // The same for a host plan of attention (eager forwards only): one that
+  // fails leaves the backend's own plan.
+  absl::StatusOr<bool> planned = false;
+  if (bucket == 0) planned = PlanAttention(batch, meta);
+  meta.host_planned = planned.ok() && *planned;
   const absl::Status computed =
       bucket > 0
           ? ComputeWithGraph({bucket, sampling}, meta, cache)
           : ComputeAndSample(meta, batch.num_seqs(), batch.num_logit_rows(),
                              sampling, cache, trace);
-  return computed.ok() ? staged.status() : computed;
+  if (!computed.ok()) return computed;
+  return staged.ok() ? planned.status() : staged.status();
 }
 
 absl::StatusOr<LlamaModel::GraphSampling> LlamaModel::StageSampling(

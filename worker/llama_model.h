@@ -349,6 +349,10 @@ class LlamaModel {
   // The attention metadata of `batch` once uploaded.
   AttentionMetadata BatchMetadata(const HostBatch& batch,
                                   const KvCache& cache) const;
+  // The backend's host plan of the batch's attention, where it makes one
+  // (Backend::PlanAttention): whether it planned.
+  absl::StatusOr<bool> PlanAttention(const HostBatch& batch,
+                                     const AttentionMetadata& meta);
   // Embeds the uploaded ids into scratch_.h, summed across the ranks.
   absl::Status Embed(int64_t tokens);
   // h += layer `l`'s attention: norm, QKV, RoPE, KV write, attention, o_proj

@@ -245,6 +245,19 @@ absl::Status ProfilingBackend::ScaleRows(const float* sums, int64_t rows,
     return inner_.ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype);
   });
 }
+// A host plan of attention (CUDA: FlashInfer's schedule, copied up) is
+// host work.
+absl::StatusOr<bool> ProfilingBackend::PlanAttention(
+    const AttentionBatch& batch, const AttentionMetadata& meta, int64_t heads,
+    int64_t kv_heads, int64_t head_dim) {
+  absl::StatusOr<bool> planned;
+  absl::Status s = Timed(StepPart::kHost, [&] {
+    planned = inner_.PlanAttention(batch, meta, heads, kv_heads, head_dim);
+    return planned.status();
+  });
+  if (!s.ok()) return s;
+  return planned;
+}
 // Staging the rows is a copy up and taking the tokens a wait: host parts.
 absl::StatusOr<SampleStaging> ProfilingBackend::StageSample(
     int64_t vocab, absl::Span<const SampleRow> rows,

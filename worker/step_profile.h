@@ -124,6 +124,10 @@ class ProfilingBackend : public Backend {
                        int64_t cols) override;
   absl::Status SiluMul(const void* x, int64_t rows, int64_t cols,
                        void* out) override;
+  absl::StatusOr<bool> PlanAttention(const AttentionBatch& batch,
+                                     const AttentionMetadata& meta,
+                                     int64_t heads, int64_t kv_heads,
+                                     int64_t head_dim) override;
   absl::Status WriteKv(const void* k, const void* v, int64_t stride,
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, void* kc,

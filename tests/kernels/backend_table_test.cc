@@ -642,7 +642,24 @@ struct AttentionCase {
   bool fused_q;  // q rows inside fused [q | k | v] rows (q_stride wider)
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (start, new tokens)
   bool tiles = false;  // give the query tiles the backend asks for
+  // Offer the backend a host plan first (PlanAttention; CUDA: FlashInfer
+  // for a prefill), and follow it where it plans.
+  bool planned = false;
 };
+
+// The host's view of a layout's sequences (AttentionBatch's arrays).
+struct HostBatch {
+  std::vector<int32_t> query_start = {0}, context;
+};
+HostBatch HostView(const Layout& l) {
+  HostBatch h;
+  for (size_t s = 0; s < l.first_rows.size(); ++s) {
+    const int32_t last = l.first_rows[s] + l.new_tokens[s] - 1;
+    h.query_start.push_back(last + 1);
+    h.context.push_back(l.positions[last] + 1);
+  }
+  return h;
+}
 
 // Paged attention over caches holding every position of every sequence up
 // to its last token; slots no sequence owns hold NaN, which must never be
@@ -674,6 +691,13 @@ absl::StatusOr<Output> RunAttention(Backend& b, const Env& env,
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer vc, UploadAct(b, v));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer out,
                          ActOut(b, tokens * c.heads * head_dim));
+  if (c.planned) {
+    const HostBatch h = HostView(l);
+    OCTET_ASSIGN_OR_RETURN(
+        m.meta.host_planned,
+        b.PlanAttention({h.query_start, h.context, l.tables}, m.meta, c.heads,
+                        c.kv_heads, head_dim));
+  }
   OCTET_RETURN_IF_ERROR(b.Attention(q.data(), q_stride, c.heads, c.kv_heads,
                                     head_dim, m.meta, kc.data(), vc.data(),
                                     out.data()));
@@ -1354,6 +1378,36 @@ const std::vector<Case>& Cases() {
          return RunAttention(
              b, e,
              {32, 8, 64, 16, 20, true, {{0, 40}, {100, 17}, {500, 1}}, true});
+       }},
+      // The same batches offered a host plan (CUDA: FlashInfer's prefill
+      // kernels where they serve, cuda_ops_test checks that they do), and
+      // a chunk deep in a long context beside a short prompt, so that
+      // FlashInfer splits the keys and merges.
+      {"AttentionPlannedPrefill",
+       {"Attention", "PlanAttention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         AttentionCase c{
+             32, 8, 128, 16, 0, true, {{0, 40}, {100, 17}, {500, 1}}};
+         c.planned = true;
+         return RunAttention(b, e, c);
+       }},
+      {"AttentionPlannedPrefillWindow",
+       {"Attention", "PlanAttention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         AttentionCase c{
+             32, 8, 64, 16, 20, true, {{0, 40}, {100, 17}, {500, 1}}};
+         c.planned = true;
+         return RunAttention(b, e, c);
+       }},
+      {"AttentionPlannedLongContext",
+       {"Attention", "PlanAttention"},
+       {0x1p-7, 2e-3},
+       [](Backend& b, const Env& e) {
+         AttentionCase c{8, 2, 128, 16, 0, true, {{30000, 5}, {0, 33}}};
+         c.planned = true;
+         return RunAttention(b, e, c);
        }},
       {"AttentionMaxHeadDim",
        {"Attention", "max_head_dim"},

@@ -45,6 +45,15 @@ class CapturingBackend : public Backend {
   // a replayed decode step has none of the first and one of the second.
   int64_t eager_ops() const { return eager_ops_; }
   int64_t host_waits() const { return host_waits_; }
+  // Plan a prefill's attention on the host, as the CUDA backend does with
+  // FlashInfer: PlanAttention then checks the batch it is given against
+  // the device metadata (each sequence's rows, consecutive positions ending
+  // at its context) and plans a batch with more tokens than sequences; an
+  // Attention call under a plan must name it (meta.host_planned) and be of
+  // the planned batch. The inner backend computes as before.
+  void PlanPrefillsOnTheHost() { plans_prefills_ = true; }
+  int64_t host_plans() const { return host_plans_; }
+  int64_t planned_attentions() const { return planned_attentions_; }
   // Claim, as the CUDA backend does, that fused FP8 inputs save work, so
   // that the model takes that path here too (the inner backend still
   // computes them, through its own FusedAbsMax / FusedQuantize).
@@ -115,6 +124,37 @@ class CapturingBackend : public Backend {
   absl::Status TakeSampled(absl::Span<SampledToken> out) override {
     if (absl::Status s = HostWait("TakeSampled"); !s.ok()) return s;
     return inner_->TakeSampled(out);
+  }
+
+  absl::StatusOr<bool> PlanAttention(const AttentionBatch& batch,
+                                     const AttentionMetadata& meta,
+                                     int64_t heads, int64_t kv_heads,
+                                     int64_t head_dim) override {
+    if (capturing_) return Refuse("PlanAttention");
+    planned_tokens_ = -1;
+    if (!plans_prefills_) {
+      return inner_->PlanAttention(batch, meta, heads, kv_heads, head_dim);
+    }
+    const size_t seqs = batch.context.size();
+    if (batch.query_start.size() != seqs + 1 || batch.query_start[0] != 0 ||
+        batch.query_start[seqs] != meta.num_tokens) {
+      return absl::InternalError("PlanAttention: rows do not match the batch");
+    }
+    for (size_t s = 0; s < seqs; ++s) {  // the CPU's metadata is host memory
+      for (int32_t r = batch.query_start[s]; r < batch.query_start[s + 1];
+           ++r) {
+        const int32_t back = batch.query_start[s + 1] - 1 - r;
+        if (meta.token_seq[r] != static_cast<int32_t>(s) ||
+            meta.positions[r] != batch.context[s] - 1 - back) {
+          return absl::InternalError(absl::StrCat(
+              "PlanAttention: row ", r, " is not sequence ", s, "'s"));
+        }
+      }
+    }
+    if (batch.query_start[seqs] == static_cast<int32_t>(seqs)) return false;
+    ++host_plans_;
+    planned_tokens_ = meta.num_tokens;
+    return true;
   }
 
   bool can_capture() const override { return true; }
@@ -188,8 +228,16 @@ class CapturingBackend : public Backend {
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* kc,
                          const void* vc, void* out) override {
+    if (meta.host_planned && meta.num_tokens != planned_tokens_) {
+      return absl::InternalError(absl::StrCat(
+          "Attention: host_planned ", meta.host_planned, " for a batch of ",
+          meta.num_tokens, " tokens; planned: ", planned_tokens_));
+    }
+    if (meta.host_planned) ++planned_attentions_;
+    AttentionMetadata own = meta;
+    own.host_planned = false;  // the inner backend plans for itself
     return Do([=, this] {
-      return inner_->Attention(q, stride, heads, kv_heads, head_dim, meta, kc,
+      return inner_->Attention(q, stride, heads, kv_heads, head_dim, own, kc,
                                vc, out);
     });
   }
@@ -328,6 +376,9 @@ class CapturingBackend : public Backend {
   }
 
   std::unique_ptr<Backend> inner_;
+  bool plans_prefills_ = false;
+  int64_t host_plans_ = 0, planned_attentions_ = 0;
+  int64_t planned_tokens_ = -1;  // the last plan's batch; -1: none
   bool capturing_ = false;
   bool fail_next_ = false;
   bool claims_fusion_ = false;

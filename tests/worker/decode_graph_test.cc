@@ -305,6 +305,59 @@ TEST_P(DecodeGraphTest, EachInputIsQuantizedInOneCall) {
   }
 }
 
+// A backend that plans attention on the host (CUDA: FlashInfer for a
+// prefill) is asked once per eager forward, given the batch the device
+// metadata describes (CapturingBackend checks rows and positions), and
+// every layer's Attention of a planned forward names the plan; a decode is
+// not planned, and graphs never ask (PlanAttention is refused while
+// capturing, which would fail a step). The logits are the eager model's
+// bit for bit throughout.
+TEST_P(DecodeGraphTest, APrefillIsPlannedOnTheHostOnceForAllItsLayers) {
+  ASSERT_NE(eager_, nullptr);
+  ASSERT_NE(graphed_, nullptr);
+  capturing_->PlanPrefillsOnTheHost();
+  auto eager_cache = Cache(*eager_);
+  auto graph_cache = Cache(*graphed_);
+  const int64_t layers = graphed_->config().num_layers;
+  std::vector<std::vector<int32_t>> te(2), tg(2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(eager_cache->Reserve(16, &te[i]).ok());
+    ASSERT_TRUE(graph_cache->Reserve(16, &tg[i]).ok());
+  }
+  // A prompt of 5 and one of 3 (a prefill), then a chunk of 2 beside a
+  // decode (planned), then decodes (not planned, and graphed).
+  struct Step {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int64_t> start;
+    bool planned;
+  };
+  std::vector<Step> steps = {{{{3, 1, 4, 1, 5}, {2, 7, 1}}, {0, 0}, true},
+                             {{{9, 2}, {8}}, {5, 3}, true}};
+  for (int d = 0; d < 6; ++d) {
+    steps.push_back({{{11 + d}, {20 + d}}, {7 + d, 4 + d}, false});
+  }
+  std::vector<float> le, lg;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<SequenceStep> se, sg;
+    for (int i = 0; i < 2; ++i) {
+      se.push_back({steps[k].tokens[i], steps[k].start[i], &te[i]});
+      sg.push_back({steps[k].tokens[i], steps[k].start[i], &tg[i]});
+    }
+    const int64_t plans = capturing_->host_plans();
+    const int64_t attentions = capturing_->planned_attentions();
+    ASSERT_TRUE(eager_->Forward(se, *eager_cache, &le).ok());
+    absl::Status s = graphed_->Forward(sg, *graph_cache, &lg);
+    ASSERT_TRUE(s.ok()) << "step " << k << ": " << s;
+    EXPECT_EQ(lg, le) << "step " << k;
+    EXPECT_EQ(capturing_->host_plans() - plans, steps[k].planned ? 1 : 0)
+        << "step " << k;
+    EXPECT_EQ(capturing_->planned_attentions() - attentions,
+              steps[k].planned ? layers : 0)
+        << "step " << k;
+  }
+  EXPECT_GT(graphed_->graph_stats().replays, 0);
+}
+
 // Sampling is in the graph: after its warm-up and capture, a decode step
 // (ForwardSample) stages its rows, replays, and waits once for the tokens,
 // with no device work outside the replay. Its tokens and log-probabilities
