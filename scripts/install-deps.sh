@@ -14,7 +14,8 @@
 #
 # The CUDA toolkit is not a Debian package: when present (nvcc on PATH or in
 # /usr/local/cuda) the CUDA backend is built, otherwise it is left out; with
-# it, CUTLASS's headers come from PyPI (scripts/fetch-cutlass.sh).
+# it, CUTLASS's and FlashInfer's headers come from PyPI
+# (scripts/fetch-cutlass.sh, scripts/fetch-flashinfer.sh).
 set -euo pipefail
 
 group="${1:-all}"
@@ -89,11 +90,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
 
-# CUTLASS's headers (PyPI, pinned) for the CUDA backend's CUTLASS GEMM,
-# where the CUDA toolkit is; without PyPI the build leaves that GEMM out.
+# CUTLASS's headers (PyPI, pinned) for the CUDA backend's CUTLASS GEMM and
+# FlashInfer's for its prefill attention, where the CUDA toolkit is; without
+# PyPI the build leaves them out.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   "$(dirname "$0")/fetch-cutlass.sh" > /dev/null ||
     echo "install-deps: no CUTLASS headers: the CUTLASS GEMM is left out" >&2
+  "$(dirname "$0")/fetch-flashinfer.sh" > /dev/null ||
+    echo "install-deps: no FlashInfer headers: its prefill attention is left out" >&2
 fi
 
 [ "$group" = all ] || exit 0

