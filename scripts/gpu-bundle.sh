@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-check.sh runs on a GPU machine into .gpu-bundle/:
 # every `gpu`-labelled test program (as ctest lists them), the benchmarks
-# (bench_gemm, bench_decode, bench_serving with the coordinator and worker
-# it starts), the octet CLI (make-model), and the non-CUDA shared libraries
-# they load (abseil, gRPC, protobuf, OpenMP, Gloo, the C++ runtime...).
+# (bench_gemm, bench_attention, bench_decode, bench_serving with the
+# coordinator and worker it starts), the octet CLI (make-model), and the
+# non-CUDA shared libraries they load (abseil, gRPC, protobuf, OpenMP,
+# Gloo, the C++ runtime...).
 #
 # CUDA's own libraries do not travel: libcublasLt.so.13 alone is 540 MB and
 # the bundle must fit, with the working tree, in the 64 MiB that goes to the
@@ -20,7 +21,7 @@
 #   flock /tmp/octet-build.lock scripts/gpu-bundle.sh   # builds first (make build)
 #   then, on the GPU machine:  .gpu-bundle/gpu-check.sh [OUTPUT_DIR]
 #
-# The programs and libraries (~98 MiB) travel as payload.tar.gz (~37 MiB),
+# The programs and libraries (~125 MiB) travel as payload.tar.gz (~45 MiB),
 # which gpu-check.sh unpacks into a temporary folder. Prints the bundle's
 # size and fails above 48 MiB (the rest of the 64 MiB is the working tree's
 # and headroom).
@@ -48,7 +49,7 @@ stage="$out/stage"  # what payload.tar.gz holds: bin/ and lib/
 rm -rf "$out"
 mkdir -p "$stage/bin" "$stage/lib/cxx"
 # tp_rank: the rank processes tensor_parallel_cuda_test starts.
-programs=(bench_gemm bench_decode bench_serving coordinator worker octet
+programs=(bench_gemm bench_attention bench_decode bench_serving coordinator worker octet
   tp_rank "${gpu_tests[@]}")
 for p in "${programs[@]}"; do cp "build/bin/$p" "$stage/bin/"; done
 # SentencePiece is a module the programs load from their own folder

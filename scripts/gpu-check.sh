@@ -30,7 +30,11 @@
 #               quantization, quantization alone, FP8 with K in
 #               8 blocks (--k_blocks: the row-parallel layers'
 #               TP-invariant sums), which GEMM path (cuBLASLt
-#               or the fallback) ran each cell
+#               or the fallback) ran each cell; then
+#               bench_attention --device=cuda on Mistral-7B's
+#               heads: octet's attention against FlashInfer's for
+#               prefills of 512 and 2048 tokens (into
+#               bench_gemm.txt)
 #   decode      bench_decode on mistral-7b, batch 1, 8, 32:       110
 #               FP8 against BF16 (none), steps interleaved,
 #               the models loaded once; --profile: each batch
@@ -56,8 +60,8 @@
 # OUTPUT_DIR (default: $OUT, else ./gpu-check-out) receives at most 10
 # files, all of them also in gpu-check.tar.gz: summary.txt (each step, its
 # time and result, the key tables), system.txt, tests.log, mission.txt,
-# codes.txt, bench_gemm.txt (the table), bench_gemm.csv, decode.txt,
-# serving.txt. Models are made in a temporary
+# codes.txt, bench_gemm.txt (its table, then bench_attention's),
+# bench_gemm.csv, decode.txt, serving.txt. Models are made in a temporary
 # folder under $TMPDIR (default /tmp; ~17 GB free needed), removed at the
 # end. Prints a final PASSED or FAILED line; exits 0 when every step
 # passed, 2 when a library is missing, 1 otherwise.
@@ -177,6 +181,9 @@ numbers() {
         if (gq > 0) printf "gemm    per-sequence quantization, one launch: at most %.1f us; three launches over one: %.2f-%.2fx (at most %.1f us)\n", q1max, smin, smax, q3max
       }' "$out/bench_gemm.csv"
   fi
+  if grep -qE '^prefill .*x ' "$out/bench_gemm.txt" 2> /dev/null; then
+    awk '/^prefill .*x / { printf "attn    prefill of %s tokens: octet %s ms, flashinfer %s ms a layer (%s)\n", $3, $4, $5, $6 }' "$out/bench_gemm.txt"
+  fi
   if [ -s "$out/decode.txt" ]; then
     awk '/^batch [0-9]+:/ { b = $2; sub(":", "", b) }
       /^none +median/ { none[b] = $3 } /^fp8 +median/ { fp8[b] = $3 }
@@ -221,7 +228,7 @@ finish() {
     fi
     if [ -s "$out/bench_gemm.txt" ]; then
       echo; echo "== bench_gemm (bench_gemm.txt, bench_gemm.csv)"
-      grep -E '^ +[0-9]+ |^\*|^ +M ' "$out/bench_gemm.txt"
+      grep -E '^ +[0-9]+ |^\*|^ +M |^bench_attention|^case |^(prefill|decode) ' "$out/bench_gemm.txt"
     fi
     if [ -s "$out/decode.txt" ]; then
       echo; echo "== decode (decode.txt)"
@@ -615,13 +622,25 @@ else
   # row-parallel layers sum it at TP = 1 (K in 8 blocks, TreeSum order);
   # --row_groups=64: with per-sequence scales, each row its own sequence up
   # to M = 64 (a decode batch), each way CublasLtGemm has.
-  limited "$budget" "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --k_blocks=8 --row_groups=64 --csv_out="$out/bench_gemm.csv"
+  # 20 s of the step's time kept for bench_attention.
+  limited $((budget > 20 ? budget - 20 : 1)) "$out/bench_gemm.txt" "$bin/bench_gemm" "${gemm_args[@]}" --k_blocks=8 --row_groups=64 --csv_out="$out/bench_gemm.csv"
   rc=$?
   cat "$out/bench_gemm.txt"
   cells=$(($(wc -l < "$out/bench_gemm.csv" 2> /dev/null || echo 1) - 1))
   fallback=$(grep -c ',fallback,' "$out/bench_gemm.csv" 2> /dev/null)
-  if [ "$rc" -eq 0 ]; then
-    record gemm PASSED "$started" "$cells cells, ${fallback:-0} on the fallback GEMM"
+  if [ "$bench_device" = cuda ]; then
+    attention_args=(--device=cuda --lengths=512,2048 --heads=32 --kv_heads=8 --head_dim=128 --decode_batch=8 --rounds=5)
+  else
+    attention_args=(--device=cpu --lengths=64 --heads=4 --kv_heads=2 --head_dim=64 --decode_batch=2 --rounds=1)
+  fi
+  echo >> "$out/bench_gemm.txt"
+  limited "$(limit_before $((budget_decode + budget_serving)))" "$out/bench_gemm.txt" "$bin/bench_attention" "${attention_args[@]}"
+  attention_rc=$?
+  grep -E '^bench_attention|^case |^(prefill|decode) ' "$out/bench_gemm.txt"
+  if [ "$rc" -eq 0 ] && [ "$attention_rc" -ne 0 ]; then
+    record gemm FAILED "$started" "$cells cells; bench_attention exit $attention_rc (bench_gemm.txt)"
+  elif [ "$rc" -eq 0 ]; then
+    record gemm PASSED "$started" "$cells cells, ${fallback:-0} on the fallback GEMM; attention: $(grep -cE '^prefill .*x ' "$out/bench_gemm.txt") prefills on FlashInfer"
   else
     record gemm FAILED "$started" "exit $rc$([ "$rc" -eq 124 ] && echo ", timed out after $budget s"), $cells cells written"
   fi

@@ -10,9 +10,16 @@
 // warm-up round), printing ms per layer, the kernel's speedup and the
 // largest difference between their outputs.
 //
+// With --device=cuda (a build with the CUDA backend) it compares, for each
+// prefill, the CUDA backend's two attentions through the Backend
+// interface: octet's kernel (attention_plan.h) and FlashInfer's on the
+// host's plan (attention_flashinfer.h, PlanAttention), timed with device
+// events in alternating rounds; the decode case runs octet's kernel only
+// (FlashInfer is not planned for decodes).
+//
 //   bench_attention [--lengths 128,512,2048] [--heads 32] [--kv_heads 8]
 //                   [--head_dim 64] [--decode_batch 16] [--rounds 5]
-//                   [--threads 0]
+//                   [--threads 0] [--device cpu|cuda]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,10 +33,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/bf16.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "tests/kernels/attention_inputs.h"
+#ifdef OCTET_HAVE_CUDA
+#include "kernels/cuda/backend.h"
+#endif
 
 ABSL_FLAG(std::string, lengths, "128,512,2048",
           "context lengths, comma-separated");
@@ -39,6 +50,9 @@ ABSL_FLAG(int32_t, head_dim, 64, "head dimension");
 ABSL_FLAG(int32_t, decode_batch, 16, "sequences of the decode case");
 ABSL_FLAG(int32_t, rounds, 5, "timed rounds of each implementation");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads; 0: one per core");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu: the CPU kernel vs its reference; cuda: octet's CUDA kernel "
+          "vs FlashInfer's");
 
 namespace octet::bench {
 namespace {
@@ -125,6 +139,156 @@ int Compare(const char* what, int64_t context, const Case& c, int rounds,
   return 0;
 }
 
+#ifdef OCTET_HAVE_CUDA
+// A host array on the device (activations as bfloat16).
+absl::StatusOr<DeviceBuffer> Upload(Backend& b, const void* p, size_t bytes) {
+  absl::StatusOr<DeviceBuffer> d = b.Allocate(bytes);
+  if (d.ok()) {
+    if (absl::Status s = b.CopyToDevice(d->data(), p, bytes); !s.ok()) return s;
+  }
+  return d;
+}
+absl::StatusOr<DeviceBuffer> UploadBf16(Backend& b,
+                                        const std::vector<float>& v) {
+  std::vector<Bf16> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = FloatToBf16(v[i]);
+  return Upload(b, h.data(), h.size() * sizeof(Bf16));
+}
+absl::StatusOr<DeviceBuffer> UploadInts(Backend& b,
+                                        const std::vector<int32_t>& v) {
+  return Upload(b, v.data(), v.size() * sizeof(int32_t));
+}
+
+// One case on the GPU: octet's kernel, then FlashInfer's where the backend
+// plans it, in alternating rounds timed by device events; prints one row.
+absl::Status CompareOnCuda(Backend& gpu, const char* what, int64_t context,
+                           const Case& c, int rounds) {
+  const int64_t tokens = static_cast<int64_t>(c.positions.size());
+  const int64_t out_size = tokens * c.heads * c.head_dim;
+  std::vector<DeviceBuffer> keep;
+  auto up = [&](absl::StatusOr<DeviceBuffer> d) -> absl::StatusOr<void*> {
+    if (!d.ok()) return d.status();
+    keep.push_back(*std::move(d));
+    return keep.back().data();
+  };
+  std::vector<void*> p;
+  for (const std::vector<float>* v : {&c.q, &c.k, &c.v}) {
+    absl::StatusOr<void*> d = up(UploadBf16(gpu, *v));
+    if (!d.ok()) return d.status();
+    p.push_back(*d);
+  }
+  for (const std::vector<int32_t>* v :
+       {&c.positions, &c.slots, &c.token_seq, &c.tables}) {
+    absl::StatusOr<void*> d = up(UploadInts(gpu, *v));
+    if (!d.ok()) return d.status();
+    p.push_back(*d);
+  }
+  std::vector<void*> out;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<void*> d = up(UploadBf16(gpu, std::vector<float>(out_size)));
+    if (!d.ok()) return d.status();
+    out.push_back(*d);
+  }
+  AttentionMetadata meta = c.Meta();
+  meta.positions = static_cast<const int32_t*>(p[3]);
+  meta.slots = static_cast<const int32_t*>(p[4]);
+  meta.token_seq = static_cast<const int32_t*>(p[5]);
+  meta.block_tables = static_cast<const int32_t*>(p[6]);
+  // The host's view: each sequence's rows and context.
+  std::vector<int32_t> query_start = {0}, context_of;
+  for (int64_t r = 0; r < tokens; ++r) {
+    if (r + 1 == tokens || c.token_seq[r + 1] != c.token_seq[r]) {
+      query_start.push_back(static_cast<int32_t>(r + 1));
+      context_of.push_back(c.positions[r] + 1);
+    }
+  }
+  absl::StatusOr<bool> planned =
+      gpu.PlanAttention({query_start, context_of, c.tables}, meta, c.heads,
+                        c.kv_heads, c.head_dim);
+  if (!planned.ok()) return planned.status();
+  std::vector<double> octet_ms, flashinfer_ms;
+  for (int r = 0; r <= rounds; ++r) {
+    absl::StatusOr<std::unique_ptr<DeviceClock>> clock = gpu.NewClock();
+    if (!clock.ok()) return clock.status();
+    for (int way = 0; way < (*planned ? 2 : 1); ++way) {
+      AttentionMetadata m = meta;
+      m.host_planned = way == 1;
+      if (absl::Status s = (*clock)->Mark(); !s.ok()) return s;
+      if (absl::Status s =
+              gpu.Attention(p[0], c.q_stride(), c.heads, c.kv_heads, c.head_dim,
+                            m, p[1], p[2], out[way]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = (*clock)->Mark(); !s.ok()) return s;
+    absl::StatusOr<std::vector<double>> ms = (*clock)->Read();
+    if (!ms.ok()) return ms.status();
+    if (r == 0) continue;  // warm-up
+    octet_ms.push_back((*ms)[1] - (*ms)[0]);
+    if (*planned) flashinfer_ms.push_back((*ms)[2] - (*ms)[1]);
+  }
+  const double a = Median(octet_ms);
+  if (!*planned) {
+    std::printf("%-8s %8lld %7lld %12.3f %12s\n", what,
+                static_cast<long long>(context), static_cast<long long>(tokens),
+                a, "-");
+    return absl::OkStatus();
+  }
+  std::vector<Bf16> ho(out_size), hf(out_size);
+  if (absl::Status s = gpu.CopyToHost(ho.data(), out[0], out_size * 2);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = gpu.CopyToHost(hf.data(), out[1], out_size * 2);
+      !s.ok()) {
+    return s;
+  }
+  double diff = 0;
+  for (int64_t i = 0; i < out_size; ++i) {
+    diff = std::max(diff, std::fabs(double(Bf16ToFloat(ho[i])) -
+                                    double(Bf16ToFloat(hf[i]))));
+  }
+  const double b = Median(flashinfer_ms);
+  std::printf("%-8s %8lld %7lld %12.3f %12.3f %8.2fx %10.2e\n", what,
+              static_cast<long long>(context), static_cast<long long>(tokens),
+              a, b, a / b, diff);
+  return absl::OkStatus();
+}
+
+int MainOnCuda(const std::vector<int64_t>& lengths, int64_t heads,
+               int64_t kv_heads, int64_t head_dim, int64_t batch, int rounds) {
+  absl::StatusOr<std::unique_ptr<Backend>> gpu = NewCudaBackend(0);
+  if (!gpu.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n",
+                 std::string(gpu.status().message()).c_str());
+    return 1;
+  }
+  std::printf(
+      "bench_attention: %lld heads, %lld KV heads, head_dim %lld, %s; median "
+      "of %d alternating rounds, ms per layer (device events)\n",
+      static_cast<long long>(heads), static_cast<long long>(kv_heads),
+      static_cast<long long>(head_dim), (*gpu)->Describe().c_str(), rounds);
+  std::printf("%-8s %8s %7s %12s %12s %9s %10s\n", "case", "context", "tokens",
+              "octet", "flashinfer", "speedup", "max|diff|");
+  for (int64_t n : lengths) {
+    for (const bool prefill : {true, false}) {
+      const absl::Status s =
+          CompareOnCuda(**gpu, prefill ? "prefill" : "decode", n,
+                        MakeCase(heads, kv_heads, head_dim, prefill ? 1 : batch,
+                                 n, prefill ? n : 1),
+                        rounds);
+      if (!s.ok()) {
+        std::fprintf(stderr, "bench_attention: %s\n",
+                     std::string(s.message()).c_str());
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+#endif
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage("CPU attention kernel vs its reference");
   absl::ParseCommandLine(argc, argv);
@@ -151,6 +315,19 @@ int Main(int argc, char** argv) {
                  "bench_attention: needs --lengths in [1, 65536], --kv_heads "
                  "dividing --heads, --head_dim in [1, 1024], --decode_batch "
                  "in [1, 1024], --rounds >= 1, --threads >= 0\n");
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") {
+#ifdef OCTET_HAVE_CUDA
+    return MainOnCuda(lengths, heads, kv_heads, head_dim, batch, rounds);
+#else
+    std::fprintf(stderr, "bench_attention: built without CUDA\n");
+    return 2;
+#endif
+  }
+  if (device != "cpu") {
+    std::fprintf(stderr, "bench_attention: --device is cpu or cuda\n");
     return 2;
   }
   std::printf(
