@@ -20,21 +20,8 @@ if [ -s "$dir/include/cutlass/cutlass.h" ]; then
   echo "$dir"
   exit 0
 fi
-mkdir -p "$(dirname "$dir")"
-work="$(mktemp -d "$(dirname "$dir")/fetch-cutlass.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
 . "$root/scripts/pypi-wheel.sh"
-pypi_wheel fetch-cutlass "nvidia-cutlass==$version" "$wheel_sha" "$work"  # 6 MB
-python3 - "$work"/nvidia_cutlass-"$version"-*.whl "$work/out" <<'PY'
-import sys, zipfile
-prefix = "cutlass_library/source/"
-with zipfile.ZipFile(sys.argv[1]) as z:
-    for name in z.namelist():
-        rel = name[len(prefix):] if name.startswith(prefix) else None
-        if rel and (rel.startswith("include/") or rel.startswith("tools/util/include/")):
-            z.extract(name, sys.argv[2])
-PY
-mv "$work/out/cutlass_library/source" "$work/cutlass"
-rm -rf "$dir"
-mv "$work/cutlass" "$dir"
+pypi_wheel_parts fetch-cutlass "nvidia-cutlass==$version" "$wheel_sha" \
+  "$dir" cutlass_library/source/include/=include \
+  cutlass_library/source/tools/util/include/=tools/util/include  # 6 MB
 echo "$dir"

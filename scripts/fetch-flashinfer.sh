@@ -20,24 +20,8 @@ if [ -s "$dir/include/flashinfer/attention/prefill.cuh" ]; then
   echo "$dir"
   exit 0
 fi
-mkdir -p "$(dirname "$dir")"
-work="$(mktemp -d "$(dirname "$dir")/fetch-flashinfer.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
 . "$root/scripts/pypi-wheel.sh"
-pypi_wheel fetch-flashinfer "flashinfer-python==$version" "$wheel_sha" "$work"  # 101 MB
-python3 - "$work"/flashinfer_python-"$version"-*.whl "$work/out" <<'PY'
-import os, sys, zipfile
-parts = {"flashinfer/data/include/": "include/",
-         "flashinfer/data/cccl/libcudacxx/include/": "libcudacxx/"}
-with zipfile.ZipFile(sys.argv[1]) as z:
-    for name in z.namelist():
-        for prefix, to in parts.items():
-            if name.startswith(prefix) and not name.endswith("/"):
-                path = os.path.join(sys.argv[2], to, name[len(prefix):])
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with z.open(name) as src, open(path, "wb") as dst:
-                    dst.write(src.read())
-PY
-rm -rf "$dir"
-mv "$work/out" "$dir"
+pypi_wheel_parts fetch-flashinfer "flashinfer-python==$version" "$wheel_sha" \
+  "$dir" flashinfer/data/include/=include \
+  flashinfer/data/cccl/libcudacxx/include/=libcudacxx  # a 101 MB wheel
 echo "$dir"

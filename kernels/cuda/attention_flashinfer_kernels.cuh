@@ -3,8 +3,9 @@
 // position encoding (RoPE is applied before the keys are cached), query
 // tiles of 16, 64 or 128 rows as FlashInfer's planner picks, head_dim 64
 // or 128. Shared by attention_flashinfer.cu, which plans and calls Launch,
-// and attention_flashinfer_hd{64,128}.cu, which instantiate it (one file
-// per head_dim, so that two cores compile them side by side).
+// and attention_flashinfer_hd{64,128}.cu, which instantiate it from its
+// definition (attention_flashinfer_launch.cuh), one file per head_dim so
+// that two cores compile them side by side.
 #pragma once
 
 #include <cuda_bf16.h>
