@@ -360,27 +360,18 @@ class CudaBackend : public Backend {
                               float* absmax, uint8_t* q,
                               float* scale) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
+    if (in == nullptr) {  // in memory: the quantizer's fastest way
+      return quantizer_->QuantizeRowGroups(x, DType::kBf16, rows, cols,
+                                           groups.row_group, groups.count,
+                                           absmax, q, scale, stream_);
+    }
     if (groups.count == rows) {  // a block per row
-      if (in != nullptr) {
-        return cuda::FusedQuantizeOwnRows(*in, rows, cols, absmax, q, scale,
-                                          stream_);
-      }
-      return quantizer_->QuantizeOwnRows(x, DType::kBf16, rows, cols, absmax, q,
-                                         scale, stream_);
+      return cuda::FusedQuantizeOwnRows(*in, rows, cols, absmax, q, scale,
+                                        stream_);
     }
-    if (in != nullptr) {  // a cooperative grid
-      return cuda::FusedQuantizeGroups(*in, rows, cols, groups.row_group,
-                                       groups.count, absmax, q, scale, stream_);
-    }
-    if (groups.count == 1) {
-      // One tensor in memory: the whole-tensor kernels' 16-byte loads (two
-      // launches, no memset) rather than the grid's row by row.
-      return Backend::QuantizeGroups(x, in, rows, cols, groups, absmax, q,
-                                     scale);
-    }
-    return quantizer_->QuantizeGroups(x, DType::kBf16, rows, cols,
-                                      groups.row_group, groups.count, absmax, q,
-                                      scale, stream_);
+    return cuda::FusedQuantizeGroups(*in, rows, cols, groups.row_group,
+                                     groups.count, absmax, q, scale,
+                                     stream_);  // a cooperative grid
   }
   absl::Status QuantizeStatic(const void* x, int64_t count, const float* scale,
                               uint8_t* q) override {

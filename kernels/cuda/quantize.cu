@@ -452,6 +452,22 @@ absl::Status CudaE4m3Quantizer::QuantizeGroups(
                        d_scale, stream);
 }
 
+absl::Status CudaE4m3Quantizer::QuantizeRowGroups(
+    const void* x, DType x_dtype, int64_t rows, int64_t cols,
+    const int32_t* d_row_group, int64_t groups, float* d_absmax, uint8_t* q,
+    float* d_scale, cudaStream_t stream) {
+  if (groups == rows) {  // a block per row
+    return QuantizeOwnRows(x, x_dtype, rows, cols, d_absmax, q, d_scale,
+                           stream);
+  }
+  if (groups == 1) {  // one tensor: two launches, no memset
+    OCTET_RETURN_IF_ERROR(AbsMax(x, x_dtype, rows * cols, d_absmax, stream));
+    return Quantize(x, x_dtype, rows * cols, d_absmax, q, d_scale, stream);
+  }
+  return QuantizeGroups(x, x_dtype, rows, cols, d_row_group, groups, d_absmax,
+                        q, d_scale, stream);  // a cooperative grid
+}
+
 absl::Status CudaE4m3Quantizer::QuantizeDynamic(const void* x, DType x_dtype,
                                                 int64_t n, uint8_t* q,
                                                 float* d_scale,

@@ -830,14 +830,9 @@ class CudaBackend : public Backend {
     }
     const int32_t* map = dgroup.as<int32_t>();
     auto one = [&](int) -> absl::Status {
-      if (groups == m) {
-        return quantizer_->QuantizeOwnRows(
-            dx.p, DType::kBf16, m, k, dabsmax.as<float>(), dq.as<uint8_t>(),
-            dscale.as<float>(), stream_);
-      }
-      return quantizer_->QuantizeGroups(dx.p, DType::kBf16, m, k, map, groups,
-                                        dabsmax.as<float>(), dq.as<uint8_t>(),
-                                        dscale.as<float>(), stream_);
+      return quantizer_->QuantizeRowGroups(
+          dx.p, DType::kBf16, m, k, map, groups, dabsmax.as<float>(),
+          dq.as<uint8_t>(), dscale.as<float>(), stream_);
     };
     auto three = [&](int) -> absl::Status {
       absl::Status s = quantizer_->GroupAbsMax(
