@@ -12,10 +12,13 @@
 //
 // With --device=cuda (a build with the CUDA backend) it compares, for each
 // prefill, the CUDA backend's two attentions through the Backend
-// interface: octet's kernel (attention_plan.h) and FlashInfer's on the
-// host's plan (attention_flashinfer.h, PlanAttention), timed with device
-// events in alternating rounds; the decode case runs octet's kernel only
-// (FlashInfer is not planned for decodes).
+// interface, on metadata as the model gives it (query tiles included):
+// octet's kernel (attention_plan.h) and FlashInfer's on the host's plan
+// (attention_flashinfer.h, PlanAttention), timed with device events over
+// 10 calls back to back, the order alternating from round to round; the
+// host plan, made once per forward in a model, is timed apart on the host.
+// The decode case runs octet's kernel only (FlashInfer is not planned for
+// decodes).
 //
 //   bench_attention [--lengths 128,512,2048] [--heads 32] [--kv_heads 8]
 //                   [--head_dim 64] [--decode_batch 16] [--rounds 5]
@@ -24,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +38,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/bf16.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
@@ -140,119 +145,150 @@ int Compare(const char* what, int64_t context, const Case& c, int rounds,
 }
 
 #ifdef OCTET_HAVE_CUDA
-// A host array on the device (activations as bfloat16).
-absl::StatusOr<DeviceBuffer> Upload(Backend& b, const void* p, size_t bytes) {
+// A host array on the device (activations as bfloat16), kept in `keep`.
+absl::StatusOr<void*> Upload(Backend& b, const void* p, size_t bytes,
+                             std::vector<DeviceBuffer>& keep) {
   absl::StatusOr<DeviceBuffer> d = b.Allocate(bytes);
-  if (d.ok()) {
-    if (absl::Status s = b.CopyToDevice(d->data(), p, bytes); !s.ok()) return s;
-  }
-  return d;
+  if (!d.ok()) return d.status();
+  if (absl::Status s = b.CopyToDevice(d->data(), p, bytes); !s.ok()) return s;
+  keep.push_back(*std::move(d));
+  return keep.back().data();
 }
-absl::StatusOr<DeviceBuffer> UploadBf16(Backend& b,
-                                        const std::vector<float>& v) {
+absl::StatusOr<void*> UploadBf16(Backend& b, const std::vector<float>& v,
+                                 std::vector<DeviceBuffer>& keep) {
   std::vector<Bf16> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = FloatToBf16(v[i]);
-  return Upload(b, h.data(), h.size() * sizeof(Bf16));
+  return Upload(b, h.data(), h.size() * sizeof(Bf16), keep);
 }
-absl::StatusOr<DeviceBuffer> UploadInts(Backend& b,
-                                        const std::vector<int32_t>& v) {
-  return Upload(b, v.data(), v.size() * sizeof(int32_t));
+absl::StatusOr<void*> UploadInts(Backend& b, const std::vector<int32_t>& v,
+                                 std::vector<DeviceBuffer>& keep) {
+  return Upload(b, v.data(), v.size() * sizeof(int32_t), keep);
 }
 
-// One case on the GPU: octet's kernel, then FlashInfer's where the backend
-// plans it, in alternating rounds timed by device events; prints one row.
-absl::Status CompareOnCuda(Backend& gpu, const char* what, int64_t context,
-                           const Case& c, int rounds) {
-  const int64_t tokens = static_cast<int64_t>(c.positions.size());
-  const int64_t out_size = tokens * c.heads * c.head_dim;
+// A case on the GPU, described as the model describes a forward: the
+// query tiles the backend asks for where a sequence has several new
+// tokens, and the host's view of the sequences for PlanAttention.
+struct GpuCase {
   std::vector<DeviceBuffer> keep;
-  auto up = [&](absl::StatusOr<DeviceBuffer> d) -> absl::StatusOr<void*> {
-    if (!d.ok()) return d.status();
-    keep.push_back(*std::move(d));
-    return keep.back().data();
-  };
-  std::vector<void*> p;
-  for (const std::vector<float>* v : {&c.q, &c.k, &c.v}) {
-    absl::StatusOr<void*> d = up(UploadBf16(gpu, *v));
-    if (!d.ok()) return d.status();
-    p.push_back(*d);
+  void* in[3] = {};   // q, k cache, v cache
+  void* out[2] = {};  // octet's, FlashInfer's
+  AttentionMetadata meta;
+  std::vector<int32_t> query_start = {0}, context, tiles;
+};
+
+absl::StatusOr<std::unique_ptr<GpuCase>> UploadCase(Backend& gpu,
+                                                    const Case& c) {
+  auto g = std::make_unique<GpuCase>();
+  const int64_t tokens = static_cast<int64_t>(c.positions.size());
+  const std::vector<float>* acts[] = {&c.q, &c.k, &c.v};
+  for (int i = 0; i < 3; ++i) {
+    OCTET_ASSIGN_OR_RETURN(g->in[i], UploadBf16(gpu, *acts[i], g->keep));
   }
-  for (const std::vector<int32_t>* v :
-       {&c.positions, &c.slots, &c.token_seq, &c.tables}) {
-    absl::StatusOr<void*> d = up(UploadInts(gpu, *v));
-    if (!d.ok()) return d.status();
-    p.push_back(*d);
+  for (void*& o : g->out) {
+    OCTET_ASSIGN_OR_RETURN(
+        o, UploadBf16(gpu, std::vector<float>(tokens * c.q_stride()), g->keep));
   }
-  std::vector<void*> out;
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<void*> d = up(UploadBf16(gpu, std::vector<float>(out_size)));
-    if (!d.ok()) return d.status();
-    out.push_back(*d);
-  }
-  AttentionMetadata meta = c.Meta();
-  meta.positions = static_cast<const int32_t*>(p[3]);
-  meta.slots = static_cast<const int32_t*>(p[4]);
-  meta.token_seq = static_cast<const int32_t*>(p[5]);
-  meta.block_tables = static_cast<const int32_t*>(p[6]);
-  // The host's view: each sequence's rows and context.
-  std::vector<int32_t> query_start = {0}, context_of;
+  std::vector<int32_t> first, count;
   for (int64_t r = 0; r < tokens; ++r) {
     if (r + 1 == tokens || c.token_seq[r + 1] != c.token_seq[r]) {
-      query_start.push_back(static_cast<int32_t>(r + 1));
-      context_of.push_back(c.positions[r] + 1);
+      first.push_back(g->query_start.back());
+      count.push_back(static_cast<int32_t>(r + 1) - first.back());
+      g->query_start.push_back(static_cast<int32_t>(r + 1));
+      g->context.push_back(c.positions[r] + 1);
     }
   }
-  absl::StatusOr<bool> planned =
-      gpu.PlanAttention({query_start, context_of, c.tables}, meta, c.heads,
-                        c.kv_heads, c.head_dim);
-  if (!planned.ok()) return planned.status();
-  std::vector<double> octet_ms, flashinfer_ms;
+  g->meta = c.Meta();
+  const int32_t* arrays[4];
+  const std::vector<int32_t>* ints[] = {&c.positions, &c.slots, &c.token_seq,
+                                        &c.tables};
+  for (int i = 0; i < 4; ++i) {
+    OCTET_ASSIGN_OR_RETURN(void* d, UploadInts(gpu, *ints[i], g->keep));
+    arrays[i] = static_cast<const int32_t*>(d);
+  }
+  g->meta.positions = arrays[0];
+  g->meta.slots = arrays[1];
+  g->meta.token_seq = arrays[2];
+  g->meta.block_tables = arrays[3];
+  const int64_t tile = gpu.attention_query_tile();
+  if (tile > 0 && tokens > static_cast<int64_t>(first.size())) {
+    g->tiles = QueryTiles(first, count, static_cast<int32_t>(tile));
+    OCTET_ASSIGN_OR_RETURN(void* d, UploadInts(gpu, g->tiles, g->keep));
+    g->meta.query_tiles = static_cast<const int32_t*>(d);
+    g->meta.num_query_tiles = static_cast<int64_t>(g->tiles.size() / 2);
+  }
+  return g;
+}
+
+// Milliseconds per call of one way (octet's kernel, or FlashInfer's on the
+// last plan), from `reps` calls back to back between two device marks.
+absl::StatusOr<double> TimeWay(Backend& gpu, const Case& c, GpuCase& g,
+                               bool flashinfer, int reps) {
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<DeviceClock> clock, gpu.NewClock());
+  AttentionMetadata m = g.meta;
+  m.host_planned = flashinfer;
+  OCTET_RETURN_IF_ERROR(clock->Mark());
+  for (int i = 0; i < reps; ++i) {
+    OCTET_RETURN_IF_ERROR(gpu.Attention(g.in[0], c.q_stride(), c.heads,
+                                        c.kv_heads, c.head_dim, m, g.in[1],
+                                        g.in[2], g.out[flashinfer ? 1 : 0]));
+  }
+  OCTET_RETURN_IF_ERROR(clock->Mark());
+  OCTET_ASSIGN_OR_RETURN(const std::vector<double> ms, clock->Read());
+  return (ms[1] - ms[0]) / reps;
+}
+
+// The largest difference between the two ways' outputs.
+absl::StatusOr<double> MaxDiff(Backend& gpu, const GpuCase& g, int64_t n) {
+  std::vector<Bf16> a(n), b(n);
+  OCTET_RETURN_IF_ERROR(gpu.CopyToHost(a.data(), g.out[0], n * sizeof(Bf16)));
+  OCTET_RETURN_IF_ERROR(gpu.CopyToHost(b.data(), g.out[1], n * sizeof(Bf16)));
+  double diff = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(
+        diff, std::fabs(double(Bf16ToFloat(a[i])) - double(Bf16ToFloat(b[i]))));
+  }
+  return diff;
+}
+
+// One case on the GPU: octet's kernel and, where the backend plans it,
+// FlashInfer's, in rounds whose order alternates, each way 10 calls back to
+// back; the host plan (once per forward in a model) is timed on the host
+// each round and apart. Prints one row.
+absl::Status CompareOnCuda(Backend& gpu, const char* what, int64_t context,
+                           const Case& c, int rounds) {
+  constexpr int kReps = 10;
+  OCTET_ASSIGN_OR_RETURN(std::unique_ptr<GpuCase> g, UploadCase(gpu, c));
+  std::vector<double> octet_ms, flashinfer_ms, plan_ms;
+  bool planned = false;
   for (int r = 0; r <= rounds; ++r) {
-    absl::StatusOr<std::unique_ptr<DeviceClock>> clock = gpu.NewClock();
-    if (!clock.ok()) return clock.status();
-    for (int way = 0; way < (*planned ? 2 : 1); ++way) {
-      AttentionMetadata m = meta;
-      m.host_planned = way == 1;
-      if (absl::Status s = (*clock)->Mark(); !s.ok()) return s;
-      if (absl::Status s =
-              gpu.Attention(p[0], c.q_stride(), c.heads, c.kv_heads, c.head_dim,
-                            m, p[1], p[2], out[way]);
-          !s.ok()) {
-        return s;
-      }
+    const auto t0 = std::chrono::steady_clock::now();
+    OCTET_ASSIGN_OR_RETURN(
+        planned, gpu.PlanAttention({g->query_start, g->context, c.tables},
+                                   g->meta, c.heads, c.kv_heads, c.head_dim));
+    const auto t1 = std::chrono::steady_clock::now();
+    for (const bool flashinfer : {r % 2 == 1, r % 2 == 0}) {
+      if (flashinfer && !planned) continue;
+      OCTET_ASSIGN_OR_RETURN(const double ms,
+                             TimeWay(gpu, c, *g, flashinfer, kReps));
+      if (r > 0) (flashinfer ? flashinfer_ms : octet_ms).push_back(ms);
     }
-    if (absl::Status s = (*clock)->Mark(); !s.ok()) return s;
-    absl::StatusOr<std::vector<double>> ms = (*clock)->Read();
-    if (!ms.ok()) return ms.status();
-    if (r == 0) continue;  // warm-up
-    octet_ms.push_back((*ms)[1] - (*ms)[0]);
-    if (*planned) flashinfer_ms.push_back((*ms)[2] - (*ms)[1]);
+    if (r > 0 && planned) {  // the first round warms up
+      plan_ms.push_back(
+          std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
   }
-  const double a = Median(octet_ms);
-  if (!*planned) {
-    std::printf("%-8s %8lld %7lld %12.3f %12s\n", what,
-                static_cast<long long>(context), static_cast<long long>(tokens),
-                a, "-");
+  const long long n = context,
+                  tokens = static_cast<long long>(c.positions.size());
+  if (!planned) {
+    std::printf("%-8s %8lld %7lld %12.3f %12s\n", what, n, tokens,
+                Median(octet_ms), "-");
     return absl::OkStatus();
   }
-  std::vector<Bf16> ho(out_size), hf(out_size);
-  if (absl::Status s = gpu.CopyToHost(ho.data(), out[0], out_size * 2);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = gpu.CopyToHost(hf.data(), out[1], out_size * 2);
-      !s.ok()) {
-    return s;
-  }
-  double diff = 0;
-  for (int64_t i = 0; i < out_size; ++i) {
-    diff = std::max(diff, std::fabs(double(Bf16ToFloat(ho[i])) -
-                                    double(Bf16ToFloat(hf[i]))));
-  }
-  const double b = Median(flashinfer_ms);
-  std::printf("%-8s %8lld %7lld %12.3f %12.3f %8.2fx %10.2e\n", what,
-              static_cast<long long>(context), static_cast<long long>(tokens),
-              a, b, a / b, diff);
+  OCTET_ASSIGN_OR_RETURN(const double diff,
+                         MaxDiff(gpu, *g, tokens * c.q_stride()));
+  const double a = Median(octet_ms), b = Median(flashinfer_ms);
+  std::printf("%-8s %8lld %7lld %12.3f %12.3f %8.2fx %10.2e %8.3f\n", what, n,
+              tokens, a, b, a / b, diff, Median(plan_ms));
   return absl::OkStatus();
 }
 
@@ -266,11 +302,13 @@ int MainOnCuda(const std::vector<int64_t>& lengths, int64_t heads,
   }
   std::printf(
       "bench_attention: %lld heads, %lld KV heads, head_dim %lld, %s; median "
-      "of %d alternating rounds, ms per layer (device events)\n",
+      "of %d rounds, order alternating, ms per layer (device events, 10 "
+      "calls back to back); plan: FlashInfer's host plan of the forward, "
+      "ms on the host\n",
       static_cast<long long>(heads), static_cast<long long>(kv_heads),
       static_cast<long long>(head_dim), (*gpu)->Describe().c_str(), rounds);
-  std::printf("%-8s %8s %7s %12s %12s %9s %10s\n", "case", "context", "tokens",
-              "octet", "flashinfer", "speedup", "max|diff|");
+  std::printf("%-8s %8s %7s %12s %12s %9s %10s %8s\n", "case", "context",
+              "tokens", "octet", "flashinfer", "speedup", "max|diff|", "plan");
   for (int64_t n : lengths) {
     for (const bool prefill : {true, false}) {
       const absl::Status s =
@@ -290,7 +328,9 @@ int MainOnCuda(const std::vector<int64_t>& lengths, int64_t heads,
 #endif
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("CPU attention kernel vs its reference");
+  absl::SetProgramUsageMessage(
+      "CPU attention kernel vs its reference; --device=cuda: octet's CUDA "
+      "attention vs FlashInfer's");
   absl::ParseCommandLine(argc, argv);
   const int64_t heads = absl::GetFlag(FLAGS_heads),
                 kv_heads = absl::GetFlag(FLAGS_kv_heads),

@@ -32,11 +32,12 @@
 //                 worker/gemm_choices.h picks one by timing them at load),
 //                 on the CPU its one way; and the fastest over fp8_ms
 //   rgq_us        with --row_groups G on the GPU: the dynamic quantization
-//                 of those M rows with one scale per sequence in one launch
-//                 (Backend::QuantizeGroups' kernels: a block per row where
-//                 each row is its own sequence, else a cooperative grid),
-//                 and rgq3_us in the three launches it replaces (a memset,
-//                 the absmax, the codes)
+//                 of those M rows with one scale per sequence as the CUDA
+//                 backend runs it (CudaE4m3Quantizer::QuantizeRowGroups: a
+//                 block per row where each row is its own sequence, the
+//                 whole-tensor kernels for one, else a cooperative grid),
+//                 and rgq3_us in the three launches the grid replaces (a
+//                 memset, the absmax, the codes)
 // and prints both speedups over BF16, the fp8_quant column's achieved GB/s
 // (weights + input activations + output, the bytes that must move) and
 // TFLOP/s (2·M·N·K), and that GB/s as a share of the memory read bandwidth
