@@ -264,7 +264,9 @@ class Backend {
   // makes): true when it planned, and the model then sets
   // meta.host_planned for the forward's Attention calls with these heads;
   // false (the default): Attention plans from the device metadata alone.
-  // Called outside captures only, after the metadata is on the device.
+  // Called outside captures only, after the metadata is on the device. An
+  // error fails the step, after its forward has run on the backend's own
+  // plan (with several ranks the others are in its collectives).
   virtual absl::StatusOr<bool> PlanAttention(const AttentionBatch& /*batch*/,
                                              const AttentionMetadata& /*meta*/,
                                              int64_t /*heads*/,

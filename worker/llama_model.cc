@@ -262,7 +262,8 @@ absl::Status LlamaModel::Run(absl::Span<const SequenceStep> steps,
   const GraphSampling sampling = staged.ok() ? *staged : GraphSampling::kNone;
   AttentionMetadata meta = BatchMetadata(batch, cache);
   // The same for a host plan of attention (eager forwards only): one that
-  // fails leaves the backend's own plan.
+  // fails leaves the backend's own plan for the forward, then its error is
+  // the step's.
   absl::StatusOr<bool> planned = false;
   if (bucket == 0) planned = PlanAttention(batch, meta);
   meta.host_planned = planned.ok() && *planned;

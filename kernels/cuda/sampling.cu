@@ -345,6 +345,7 @@ struct CudaSampler::Scratch {
   // The sort's scratch bytes for `segments` rows of `vocab` keys; CUB is
   // asked once per shape (a decode step stages the same shape each time).
   absl::StatusOr<size_t> SortTempBytes(int64_t segments, int64_t vocab);
+  // The last shape CUB was asked about, and its answer.
   int64_t asked_segments = -1, asked_vocab = -1;
   size_t asked_bytes = 0;
   // Sends `h` up in one copy through pinned memory, with room for

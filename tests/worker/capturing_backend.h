@@ -2,8 +2,8 @@
 // (the CPU's): between BeginCapture and EndCapture each operation is recorded
 // with its arguments instead of run, and Replay runs the recording again.
 // Like stream capture, it refuses host work while capturing (Allocate,
-// copies, Synchronize, StageSample, TakeSampled), and a replay reads
-// whatever the named buffers hold then.
+// copies, Synchronize, StageSample, TakeSampled, PlanAttention), and a
+// replay reads whatever the named buffers hold then.
 //
 // Why: LlamaModel's decode graphs (padding, fixed buffers, buckets,
 // invalidation) are host bookkeeping that must be right before a GPU ever
@@ -52,7 +52,8 @@ class CapturingBackend : public Backend {
   // Attention call under a plan must name it (meta.host_planned) and be of
   // the planned batch. The inner backend computes as before.
   void PlanPrefillsOnTheHost() { plans_prefills_ = true; }
-  int64_t host_plans() const { return host_plans_; }
+  int64_t plan_requests() const { return plan_requests_; }  // every call
+  int64_t host_plans() const { return host_plans_; }  // those that planned
   int64_t planned_attentions() const { return planned_attentions_; }
   // Claim, as the CUDA backend does, that fused FP8 inputs save work, so
   // that the model takes that path here too (the inner backend still
@@ -131,6 +132,7 @@ class CapturingBackend : public Backend {
                                      int64_t heads, int64_t kv_heads,
                                      int64_t head_dim) override {
     if (capturing_) return Refuse("PlanAttention");
+    ++plan_requests_;
     planned_tokens_ = -1;
     if (!plans_prefills_) {
       return inner_->PlanAttention(batch, meta, heads, kv_heads, head_dim);
@@ -377,7 +379,7 @@ class CapturingBackend : public Backend {
 
   std::unique_ptr<Backend> inner_;
   bool plans_prefills_ = false;
-  int64_t host_plans_ = 0, planned_attentions_ = 0;
+  int64_t plan_requests_ = 0, host_plans_ = 0, planned_attentions_ = 0;
   int64_t planned_tokens_ = -1;  // the last plan's batch; -1: none
   bool capturing_ = false;
   bool fail_next_ = false;

@@ -308,10 +308,9 @@ TEST_P(DecodeGraphTest, EachInputIsQuantizedInOneCall) {
 // A backend that plans attention on the host (CUDA: FlashInfer for a
 // prefill) is asked once per eager forward, given the batch the device
 // metadata describes (CapturingBackend checks rows and positions), and
-// every layer's Attention of a planned forward names the plan; a decode is
-// not planned, and graphs never ask (PlanAttention is refused while
-// capturing, which would fail a step). The logits are the eager model's
-// bit for bit throughout.
+// every layer's Attention of a planned forward names the plan; a graphed
+// decode step (warm-up, capture or replay) is never asked. The logits are
+// the eager model's bit for bit throughout.
 TEST_P(DecodeGraphTest, APrefillIsPlannedOnTheHostOnceForAllItsLayers) {
   ASSERT_NE(eager_, nullptr);
   ASSERT_NE(graphed_, nullptr);
@@ -325,7 +324,7 @@ TEST_P(DecodeGraphTest, APrefillIsPlannedOnTheHostOnceForAllItsLayers) {
     ASSERT_TRUE(graph_cache->Reserve(16, &tg[i]).ok());
   }
   // A prompt of 5 and one of 3 (a prefill), then a chunk of 2 beside a
-  // decode (planned), then decodes (not planned, and graphed).
+  // decode (planned), then decodes (graphed: bucket 2, not asked).
   struct Step {
     std::vector<std::vector<int32_t>> tokens;
     std::vector<int64_t> start;
@@ -343,12 +342,15 @@ TEST_P(DecodeGraphTest, APrefillIsPlannedOnTheHostOnceForAllItsLayers) {
       se.push_back({steps[k].tokens[i], steps[k].start[i], &te[i]});
       sg.push_back({steps[k].tokens[i], steps[k].start[i], &tg[i]});
     }
+    const int64_t requests = capturing_->plan_requests();
     const int64_t plans = capturing_->host_plans();
     const int64_t attentions = capturing_->planned_attentions();
     ASSERT_TRUE(eager_->Forward(se, *eager_cache, &le).ok());
     absl::Status s = graphed_->Forward(sg, *graph_cache, &lg);
     ASSERT_TRUE(s.ok()) << "step " << k << ": " << s;
     EXPECT_EQ(lg, le) << "step " << k;
+    EXPECT_EQ(capturing_->plan_requests() - requests, steps[k].planned ? 1 : 0)
+        << "step " << k;
     EXPECT_EQ(capturing_->host_plans() - plans, steps[k].planned ? 1 : 0)
         << "step " << k;
     EXPECT_EQ(capturing_->planned_attentions() - attentions,
