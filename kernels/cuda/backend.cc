@@ -251,12 +251,11 @@ class CudaBackend : public Backend {
                          batch.query_start.size() == batch.context.size() + 1 &&
                          batch.query_start.back() > seqs;
     // A rank's heads must keep TP = 1's grouping: FlashInfer's schedule
-    // packs each KV head's query heads into its tiles.
+    // packs each KV head's query heads into its tiles. (Served shapes so
+    // grouped make TP = 1's served too.)
     const bool same_groups = heads * full_kv_heads == kv_heads * full_heads;
     if (flashinfer_ == nullptr || capturing_ || !prefill || !same_groups ||
         !cuda::FlashInferPrefill::Serves(heads, kv_heads, head_dim,
-                                         compute_capability_) ||
-        !cuda::FlashInferPrefill::Serves(full_heads, full_kv_heads, head_dim,
                                          compute_capability_)) {
       return false;
     }
