@@ -11,7 +11,8 @@
 # GPU machine. That machine brings its driver (libcuda.so.1), cuBLASLt and
 # NCCL (its CUDA 13 toolkit, or the pip packages nvidia-cublas and
 # nvidia-nccl-cu13 in its Python venv); gpu-check.sh finds them and says
-# which are missing. The CUDA runtime is linked statically.
+# which are missing. The CUDA runtime (libcudart.so.13, 0.7 MB) travels: the
+# programs get the one they were built with.
 #
 # The C++ runtime (libstdc++, libgcc_s) goes in lib/cxx/, apart: Debian 12's
 # libstdc++ needs glibc 2.36, so on an older system (Ubuntu 22.04: 2.35)
@@ -53,22 +54,28 @@ programs=(bench_gemm bench_attention bench_decode bench_serving coordinator work
   tp_rank "${gpu_tests[@]}")
 for p in "${programs[@]}"; do cp "build/bin/$p" "$stage/bin/"; done
 # SentencePiece is a module the programs load from their own folder
-# (model/sentencepiece_bridge.h).
-cp build/bin/liboctet_sentencepiece.so "$stage/bin/"
-programs+=(liboctet_sentencepiece.so)
+# (model/sentencepiece_bridge.h); the CUDA kernels are a library they find
+# there (their RUNPATH is $ORIGIN).
+cp build/bin/liboctet_sentencepiece.so build/bin/liboctet_cuda_device_code.so \
+  "$stage/bin/"
+programs+=(liboctet_sentencepiece.so liboctet_cuda_device_code.so)
 cp scripts/gpu-check.sh scripts/gpu-mission.sh scripts/compare_codes.py "$out/"
 printf '%s\n' "${gpu_tests[@]}" > "$out/gpu-tests.txt"
 
-# Shared libraries to carry: everything ldd resolves but the C library
-# family (the GPU machine's own) and CUDA's (too big; the machine has them).
-# CUDA libraries the programs need are listed for gpu-check.sh's report.
+# Shared libraries to carry: everything ldd resolves but octet's own (in
+# bin/), the C library family (the GPU machine's own) and CUDA's (too big;
+# the machine has them), except the CUDA runtime (0.7 MB): the one the
+# programs were built with. CUDA libraries the programs need from the
+# machine are listed for gpu-check.sh's report.
 : > "$out/cuda-libs.txt"
 for p in "${programs[@]}"; do
   ldd "build/bin/$p" | awk '/=> / {print $1, $3}'
 done | sort -u | while read -r name path; do
   case "$name" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*) ;;
-    libcuda.so*|libcudart*|libcublas*|libnccl*|libnvJitLink*|libnvrtc*)
+    liboctet_*) ;;
+    libcudart.so*) cp -L "$path" "$stage/lib/" ;;
+    libcuda.so*|libcublas*|libnccl*|libnvJitLink*|libnvrtc*)
       echo "$name" >> "$out/cuda-libs.txt" ;;
     libstdc++.so*|libgcc_s.so*) cp -L "$path" "$stage/lib/cxx/" ;;
     *)

@@ -392,7 +392,8 @@ fi
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "C++ runtime: $cxx"
   echo "libcuda.so.1 (driver): ${libcuda:-not found}"
-  # The CUDA libraries as the programs resolve them; the runtime is static.
+  # The CUDA libraries as the programs resolve them (the runtime from the
+  # bundle's lib/).
   for f in "$bin"/*; do ldd "$f" 2> /dev/null; done |
     awk '/libcublas|libnccl|libcudart|libnvJitLink/ && /=>/ {print $1, $3}' | sort -u |
     while read -r name path; do echo "$name => $path => $(readlink -f "$path")"; done
@@ -400,8 +401,8 @@ fi
     echo "/usr/local/cuda/version.json: $(grep -A 3 -E '"(cuda|libcublas|nccl)"' /usr/local/cuda/version.json |
       grep -E '"(name|version)"' | sed 's/.*: *"\(.*\)".*/\1/' | paste -sd ' ' -)"
   fi
-  echo "libcudart: linked statically ($(grep -o 'nvcc release [0-9.]*' "$here/bundle.txt" 2> /dev/null || echo 'see bundle.txt'))"
-  for d in "${lib_dirs[@]}"; do ls "$d"/libcudart.so.* 2> /dev/null; done |
+  echo "libcudart: the bundle's ($(grep -o 'nvcc release [0-9.]*' "$here/bundle.txt" 2> /dev/null || echo 'see bundle.txt'))"
+  for d in "${lib_dirs[@]:1}"; do ls "$d"/libcudart.so.* 2> /dev/null; done |
     xargs -r readlink -f | sort -u | head -n 3 |
     while read -r f; do echo "  (also on this machine: $f)"; done
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)

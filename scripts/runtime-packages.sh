@@ -4,7 +4,9 @@
 # (deploy/docker/Dockerfile). Libraries under /usr/local/cuda that no
 # package owns come with NVIDIA's CUDA runtime image and are left out; any
 # other library that no package owns, or one that is not found, is an
-# error (exit code 1), so that the image never misses one.
+# error (exit code 1), so that the image never misses one. octet's own
+# libraries beside the programs are not packages: name them as arguments
+# to check what they load.
 #
 #   scripts/runtime-packages.sh PROGRAM...
 set -euo pipefail
@@ -27,6 +29,12 @@ for program in "$@"; do
     # dpkg knows a file by the path its package installed (/lib and
     # /usr/lib are one folder on merged-/usr systems): try both.
     real="$(readlink -f "$path")"
+    # octet's own libraries (the CUDA kernels) sit beside the programs and
+    # travel with them; their own libraries are checked when they are
+    # among the arguments.
+    if [ "$(dirname "$real")" = "$(dirname "$(readlink -f "$program")")" ]; then
+      continue
+    fi
     owner=""
     for candidate in "$path" "$real" "/usr$path" "/usr$real" "${real#/usr}"; do
       if owner="$(dpkg-query -S "$candidate" 2>/dev/null)"; then

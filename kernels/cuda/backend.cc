@@ -460,7 +460,9 @@ class CudaBackend : public Backend {
       const SampleLayout& layout) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
     OCTET_RETURN_IF_ERROR(NotCapturing("StageSample"));
-    return sampler_->Stage(vocab, rows, layout, stream_);
+    OCTET_ASSIGN_OR_RETURN(SampleStaging plan,
+                           PlanSampleStaging(vocab, rows, layout));
+    return sampler_->Stage(plan, vocab, rows, layout, stream_);
   }
   absl::Status SampleStaged(const float* logits, int64_t vocab) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

@@ -475,12 +475,10 @@ absl::Status CudaSampler::Scratch::SortSegments(cudaStream_t stream) {
 }
 
 absl::StatusOr<SampleStaging> CudaSampler::Stage(
-    int64_t vocab, absl::Span<const SampleRow> rows, const SampleLayout& layout,
-    cudaStream_t stream) {
+    SampleStaging plan, int64_t vocab, absl::Span<const SampleRow> rows,
+    const SampleLayout& layout, cudaStream_t stream) {
   Scratch& m = *scratch_;
   m.staged_rows = 0;  // nothing to Run or Take until this staging holds
-  OCTET_ASSIGN_OR_RETURN(SampleStaging plan,
-                         PlanSampleStaging(vocab, rows, layout));
   OCTET_ASSIGN_OR_RETURN(const HostRows h,
                          LayOutRows(rows, vocab, plan, layout.padded_rows > 0));
   // Room for this staging and for `reserve_rows` rows, all sorted.
