@@ -142,10 +142,10 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
     OCTET_RETURN_IF_ERROR(backend_.RmsNormHeads(
         k, tokens, kv_heads, hd, qkv_width, layer.k_norm.as<float>(), eps));
   }
-  OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads, hd, qkv_width,
-                                      meta.positions, inv_freq_.as<float>()));
-  OCTET_RETURN_IF_ERROR(backend_.Rope(k, tokens, kv_heads, hd, qkv_width,
-                                      meta.positions, inv_freq_.as<float>()));
+  // q's heads and k's sit side by side in each row: one call rotates both.
+  OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads + kv_heads, hd,
+                                      qkv_width, meta.positions,
+                                      inv_freq_.as<float>()));
   OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, kv_heads, hd, meta,
                                          cache.k(l), cache.v(l)));
   OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,

@@ -122,6 +122,7 @@ TEST_P(StepProfileTest, CountsEveryPartOfADecodeStep) {
   }
   EXPECT_EQ(Calls(*p, StepPart::kAttention), layers);
   EXPECT_EQ(Calls(*p, StepPart::kKvWrite), layers);
+  EXPECT_EQ(Calls(*p, StepPart::kRope), layers);  // q and k in one call
   // Row-parallel layers: block sums, then (FP8) the row scaling.
   for (StepPart part : {StepPart::kO, StepPart::kDown, StepPart::kGateUp}) {
     EXPECT_GE(Calls(*p, part), layers) << StepPartName(part);
