@@ -169,6 +169,9 @@ struct FusedInput {
 
 enum class DeviceKind { kCpu, kCuda };
 
+// Whether Backend::ScaleRows writes its rows over y or adds them to it.
+enum class RowsInto { kWrite, kAdd };
+
 // Work a backend recorded once (BeginCapture .. EndCapture) and runs again
 // on each Replay, with the same arguments: the buffers it names must keep
 // their addresses, and their contents are refilled before each replay.
@@ -379,14 +382,18 @@ class Backend {
   //   w.scale_per_row, column c's own w.scale[c]), or y = sums when q_scale
   //   is null (unquantized sums, or sums scaled already), rounded once to
   //   y_dtype: binary32 or the activation dtype. y may be sums itself when
-  //   y_dtype is binary32.
+  //   y_dtype is binary32. With RowsInto::kAdd that value is added to y
+  //   instead, as Add would add it (y = y + value, rounded again; y is not
+  //   sums): a row-parallel layer's output into the residual stream, one
+  //   kernel fewer.
   virtual bool has_block_sums() const { return false; }
   virtual absl::Status GemmBlockSums(const void* x, int64_t rows,
                                      const LinearWeight& w, int64_t k_blocks,
                                      float* sums);
   virtual absl::Status ScaleRows(const float* sums, int64_t rows,
                                  const float* q_scale, const RowGroups& groups,
-                                 const LinearWeight& w, void* y, DType y_dtype);
+                                 const LinearWeight& w, void* y, DType y_dtype,
+                                 RowsInto into);
 
   // Sampling: a token for each row (kernels/sampling.h has the rules) from
   // the binary32 logits [*][vocab] on the device; only the tokens come back.
@@ -486,7 +493,7 @@ inline absl::Status Backend::GemmBlockSums(const void*, int64_t,
 
 inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
-                                       void*, DType) {
+                                       void*, DType, RowsInto) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
 }
 

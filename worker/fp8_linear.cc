@@ -59,18 +59,20 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
                                            const KBlocks& blocks,
                                            bool scale_shared, const Input& x,
                                            int64_t rows, const RowGroups& seqs,
-                                           void* y, ForwardTrace* trace) {
+                                           void* h, ForwardTrace* trace) {
   const int64_t count = rows * w.out;
   const DType act = backend_.activation_dtype();
+  void* proj = scratch_.proj.data();
   if (blocks.local == 0) {  // no block sums: partials in the activation dtype
-    OCTET_RETURN_IF_ERROR(Linear(w, x, rows, seqs, true, y, trace));
-    return AllReduceSum(y, count, act);
+    OCTET_RETURN_IF_ERROR(Linear(w, x, rows, seqs, true, proj, trace));
+    OCTET_RETURN_IF_ERROR(AllReduceSum(proj, count, act));
+    return backend_.Add(h, proj, count);
   }
-  // Block sums in binary32 (in y itself when that is binary32), added
-  // across the ranks in TreeSum order by the communicator, then scaled and
-  // rounded once into y.
-  float* sums =
-      act == DType::kF32 ? static_cast<float*>(y) : scratch_.sums.as<float>();
+  // Block sums in binary32 (in the projection's scratch when that is
+  // binary32), added across the ranks in TreeSum order by the
+  // communicator, then scaled, rounded once and added into h, one kernel.
+  float* sums = act == DType::kF32 ? static_cast<float*>(proj)
+                                   : scratch_.sums.as<float>();
   const void* in = x.x;
   RowGroups groups;
   const float* scale = nullptr;  // FP8: the activation scales
@@ -86,12 +88,13 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
   const bool act_scale_shared =
       plan_.size == 1 || sync_absmax_ || w.input_scale.data() != nullptr;
   if (scale != nullptr && !(scale_shared && act_scale_shared)) {
-    OCTET_RETURN_IF_ERROR(
-        backend_.ScaleRows(sums, rows, scale, groups, w, sums, DType::kF32));
+    OCTET_RETURN_IF_ERROR(backend_.ScaleRows(sums, rows, scale, groups, w, sums,
+                                             DType::kF32, RowsInto::kWrite));
     scale = nullptr;
   }
   OCTET_RETURN_IF_ERROR(AllReduceSum(sums, count, DType::kF32));
-  return backend_.ScaleRows(sums, rows, scale, groups, w, y, act);
+  return backend_.ScaleRows(sums, rows, scale, groups, w, h, act,
+                            RowsInto::kAdd);
 }
 
 absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,

@@ -151,10 +151,9 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
   OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
                                            meta, cache.k(l), cache.v(l),
                                            s.attn.data()));
-  OCTET_RETURN_IF_ERROR(RowParallelLinear(
-      layer.o, o_blocks_, layer.o_scale_shared, Input{.x = s.attn.data()},
-      tokens, seqs, s.proj.data(), trace));
-  return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
+  return RowParallelLinear(layer.o, o_blocks_, layer.o_scale_shared,
+                           Input{.x = s.attn.data()}, tokens, seqs, s.h.data(),
+                           trace);
 }
 
 absl::Status LlamaModel::MlpBlock(const Layer& layer, int64_t tokens,
@@ -173,10 +172,8 @@ absl::Status LlamaModel::MlpBlock(const Layer& layer, int64_t tokens,
       const Input act,
       Produce(layer.down, {FusedInput::Op::kSiluMul, s.gate_up.data()}, tokens,
               plan_.intermediate, s.act.data()));
-  OCTET_RETURN_IF_ERROR(RowParallelLinear(layer.down, down_blocks_,
-                                          layer.down_scale_shared, act, tokens,
-                                          seqs, s.proj.data(), trace));
-  return backend_.Add(s.h.data(), s.proj.data(), tokens * h);
+  return RowParallelLinear(layer.down, down_blocks_, layer.down_scale_shared,
+                           act, tokens, seqs, s.h.data(), trace);
 }
 
 absl::Status LlamaModel::RecordLayerRms(int64_t tokens, ForwardTrace* trace) {

@@ -228,7 +228,7 @@ class LlamaModel {
     DeviceBuffer h, x, qkv, attn, proj, gate_up, act;  // activations
     DeviceBuffer codes, absmax, act_scale;             // FP8 inputs
     // Row-parallel block sums, binary32 [tokens][hidden], when the
-    // activations are not binary32 (then they are y itself).
+    // activations are not binary32 (then they are in proj).
     DeviceBuffer sums;
     // A forward's metadata in one buffer, so that it goes up in one copy:
     // ids, positions, slots, token_seq [tokens]; query_tiles [2 * tokens];
@@ -401,11 +401,12 @@ class LlamaModel {
                              int64_t rows, const RowGroups& seqs,
                              bool row_parallel, RowGroups* groups,
                              const float** scale, ForwardTrace* trace);
-  // y = x·Wᵀ summed over the ranks, for a row-parallel layer (o_proj,
-  // down_proj) whose input x is this rank's slice.
+  // h += x·Wᵀ summed over the ranks, for a row-parallel layer (o_proj,
+  // down_proj) whose input x is this rank's slice and whose output goes
+  // into the residual stream h (as Add adds it).
   absl::Status RowParallelLinear(const LinearWeight& w, const KBlocks& blocks,
                                  bool scale_shared, const Input& x,
-                                 int64_t rows, const RowGroups& seqs, void* y,
+                                 int64_t rows, const RowGroups& seqs, void* h,
                                  ForwardTrace* trace);
   // Waits for the collectives issued so far (Communicator::Await) before
   // the host reads results or waits on the stream; nothing on one rank.

@@ -240,9 +240,9 @@ absl::Status ProfilingBackend::ScaleRows(const float* sums, int64_t rows,
                                          const float* q_scale,
                                          const RowGroups& groups,
                                          const LinearWeight& w, void* y,
-                                         DType y_dtype) {
+                                         DType y_dtype, RowsInto into) {
   return Timed(PartOf(w), [&] {
-    return inner_.ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype);
+    return inner_.ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype, into);
   });
 }
 // A host plan of attention (CUDA: FlashInfer's schedule, copied up) is

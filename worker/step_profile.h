@@ -170,7 +170,7 @@ class ProfilingBackend : public Backend {
                              int64_t k_blocks, float* sums) override;
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y, DType y_dtype) override;
+                         void* y, DType y_dtype, RowsInto into) override;
   absl::StatusOr<SampleStaging> StageSample(
       int64_t vocab, absl::Span<const SampleRow> rows,
       const SampleLayout& layout) override;

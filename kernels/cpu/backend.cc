@@ -309,14 +309,22 @@ class CpuBackend : public Backend {
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y, DType y_dtype) override {
+                         void* y, DType y_dtype, RowsInto into) override {
     if (y_dtype != DType::kF32) {
       return absl::InvalidArgumentError(
           "ScaleRows: the CPU backend writes binary32");
     }
     float* out = static_cast<float*>(y);
+    const bool add = into == RowsInto::kAdd;
+    if (add && out == sums) {
+      return absl::InvalidArgumentError("ScaleRows: adds into the sums");
+    }
     if (q_scale == nullptr) {  // no scales: the sums as they are
-      if (out != sums) std::memcpy(out, sums, rows * w.out * sizeof(float));
+      if (add) {
+        cpu::AddRef(out, sums, rows * w.out);
+      } else if (out != sums) {
+        std::memcpy(out, sums, rows * w.out * sizeof(float));
+      }
       return absl::OkStatus();
     }
     if (w.dtype != DType::kE4m3) {
@@ -326,11 +334,12 @@ class CpuBackend : public Backend {
     if (!s.ok()) return s;
     const float* w_scale = w.scale.as<float>();
     // The scales' product first, as the GEMMs take it (per-row weight
-    // scales: column c's own).
+    // scales: column c's own); the sum rounded, then added as Add adds.
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < w.out; ++c) {
         const float scale = row_scales_[r] * w_scale[w.scale_per_row ? c : 0];
-        out[r * w.out + c] = sums[r * w.out + c] * scale;
+        const float v = sums[r * w.out + c] * scale;
+        out[r * w.out + c] = add ? out[r * w.out + c] + v : v;
       }
     }
     return absl::OkStatus();

@@ -444,7 +444,7 @@ class CudaBackend : public Backend {
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y, DType y_dtype) override {
+                         void* y, DType y_dtype, RowsInto into) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
     if (q_scale != nullptr && w.dtype != DType::kE4m3) {
       return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
@@ -453,7 +453,7 @@ class CudaBackend : public Backend {
         sums, rows, w.out, q_scale,
         groups.count == 1 ? nullptr : groups.row_group,
         q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
-        y_dtype, stream_);
+        y_dtype, into == RowsInto::kAdd, stream_);
   }
   absl::StatusOr<SampleStaging> StageSample(
       int64_t vocab, absl::Span<const SampleRow> rows,

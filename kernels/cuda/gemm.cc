@@ -672,7 +672,7 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
   OCTET_RETURN_IF_ERROR(Run(true, m, n, k, plan_n, DType::kF32, qa, qb,
                             state_->one, state_->one, sums, stream));
   return CudaScaleRowGroups(sums, m, n, d_scale_a, d_row_group, d_scale_b,
-                            b_per_column, y, y_dtype, stream);
+                            b_per_column, y, y_dtype, /*add=*/false, stream);
 }
 
 // One CUTLASS GEMM with the rows' scales (d_scale_a[g] times the

@@ -81,11 +81,14 @@ absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
   return absl::OkStatus();
 }
 
+// With `add`, y[i] += the value as AddKernel adds (the value rounded to
+// y's type first, the sum rounded again; __fadd_rn: never an FMA).
 __global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
                                      const float* __restrict__ scale_a,
                                      const int32_t* __restrict__ row_group,
                                      const float* __restrict__ scale_b,
-                                     bool b_per_column, bool y_bf16, void* y) {
+                                     bool b_per_column, bool y_bf16, bool add,
+                                     void* y) {
   const int64_t total = m * n;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
@@ -93,12 +96,18 @@ __global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
     float v = acc[i];
     if (scale_a != nullptr) {
       const int32_t g = row_group == nullptr ? 0 : row_group[i / n];
-      v *= scale_a[g] * scale_b[b_per_column ? i % n : 0];
+      v = __fmul_rn(v, scale_a[g] * scale_b[b_per_column ? i % n : 0]);
     }
     if (y_bf16) {
-      static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v);
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(y);
+      if (add) {
+        v = __fadd_rn(__bfloat162float(out[i]),
+                      __bfloat162float(__float2bfloat16_rn(v)));
+      }
+      out[i] = __float2bfloat16_rn(v);
     } else {
-      static_cast<float*>(y)[i] = v;
+      float* out = static_cast<float*>(y);
+      out[i] = add ? __fadd_rn(out[i], v) : v;
     }
   }
 }
@@ -138,11 +147,12 @@ absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_a,
                                 const int32_t* d_row_group,
                                 const float* d_scale_b, bool b_per_column,
-                                void* y, DType y_dtype, cudaStream_t stream) {
+                                void* y, DType y_dtype, bool add,
+                                cudaStream_t stream) {
   if (m < 0 || n < 0 ||
       (m > 0 && n > 0 &&
        (acc == nullptr || (d_scale_a != nullptr && d_scale_b == nullptr) ||
-        y == nullptr)) ||
+        y == nullptr || (add && y == acc))) ||
       (y_dtype != DType::kF32 && y_dtype != DType::kBf16)) {
     return absl::InvalidArgumentError(
         "CudaScaleRowGroups: bad shape, output type or null operand");
@@ -153,7 +163,7 @@ absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
       std::min<int64_t>((m * n + kThreads - 1) / kThreads, int64_t{1} << 16);
   ScaleRowGroupsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       acc, m, n, d_scale_a, d_row_group, d_scale_b, b_per_column,
-      y_dtype == DType::kBf16, y);
+      y_dtype == DType::kBf16, add, y);
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

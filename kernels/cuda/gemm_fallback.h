@@ -48,12 +48,15 @@ absl::Status CudaTreeSum(const float* parts, int64_t count, int64_t stride,
 // b_per_column (per-channel weight scales); the two scales multiplied first
 // and the result rounded once to y_dtype. acc is binary32 [m][n]; y may be
 // acc itself when y_dtype is kF32. d_scale_a null: no scaling, y = acc
-// rounded once (unquantized sums, or sums scaled already).
+// rounded once (unquantized sums, or sums scaled already). With `add` that
+// value is added to y (y not acc), as CUDA's Add adds: y = y + value,
+// rounded again (Backend::ScaleRows with RowsInto::kAdd).
 absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
                                 const float* d_scale_a,
                                 const int32_t* d_row_group,
                                 const float* d_scale_b, bool b_per_column,
-                                void* y, DType y_dtype, cudaStream_t stream);
+                                void* y, DType y_dtype, bool add,
+                                cudaStream_t stream);
 
 // out[r] = d_scale_a[g] · *d_scale_b for r < m and its group g (as
 // CudaScaleRowGroups: 0 when d_row_group is null): the row scales of

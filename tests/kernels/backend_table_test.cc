@@ -1074,7 +1074,7 @@ absl::StatusOr<Output> NoBlockSums(Backend& b) {
       b.GemmBlockSums(x.data(), 2, w, 2, sums.as<float>());
   const absl::Status scale_status =
       b.ScaleRows(sums.as<float>(), 2, scale.as<float>(), RowGroups{}, w,
-                  y.data(), b.activation_dtype());
+                  y.data(), b.activation_dtype(), RowsInto::kWrite);
   for (const absl::Status& s : {sums_status, scale_status}) {
     if (s.code() != absl::StatusCode::kUnimplemented) {
       return absl::InternalError(
@@ -1152,11 +1152,56 @@ absl::StatusOr<Output> RunScaleRows(Backend& b, const Env&) {
   OCTET_RETURN_IF_ERROR(b.ScaleRows(
       sums.as<float>(), rows, scale.as<float>(),
       RowGroups{static_cast<int64_t>(sizes.size()), dmap.as<int32_t>()}, w,
-      y.data(), b.activation_dtype()));
+      y.data(), b.activation_dtype(), RowsInto::kWrite));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> got,
                          ReadAct(b, y.data(), rows * out));
   Output o;
   o.fields = {Near("y", std::move(got), true)};
+  return o;
+}
+
+// ScaleRows into a residual (RowsInto::kAdd), scaled and unscaled: y plus
+// the rows as Add would add them, bit for bit what ScaleRows then Add give
+// on the same backend (an error otherwise), and exact against the
+// reference.
+absl::StatusOr<Output> RunScaleRowsAdd(Backend& b, const Env&) {
+  if (!b.has_block_sums()) return NoBlockSums(b);
+  const std::vector<int64_t> sizes = {2, 5, 1};
+  const std::vector<int32_t> map = RowMap(sizes);
+  const int64_t rows = map.size(), out = 40, count = rows * out;
+  OCTET_ASSIGN_OR_RETURN(
+      LinearWeight w,
+      E4m3Weight(b, out, 32, testing::RandomCodes(out * 32, 94), 0.03f));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums,
+                         Upload(b, F32Values(count, 95, 500.0f)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer scale,
+                         Upload(b, std::vector<float>{0.21f, 0.013f, 2.0f}));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap, Upload(b, map));
+  const RowGroups groups{static_cast<int64_t>(sizes.size()),
+                         dmap.as<int32_t>()};
+  const std::vector<float> residual = NormalBf16Values(count, 96, 4.0f);
+  Output o;
+  const float* scaled = scale.as<float>();
+  for (const float* q_scale : {scaled, static_cast<const float*>(nullptr)}) {
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer h, UploadAct(b, residual));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer h2, UploadAct(b, residual));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer proj, ActOut(b, count));
+    const DType act = b.activation_dtype();
+    OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, q_scale, groups,
+                                      w, h.data(), act, RowsInto::kAdd));
+    OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, q_scale, groups,
+                                      w, proj.data(), act, RowsInto::kWrite));
+    OCTET_RETURN_IF_ERROR(b.Add(h2.data(), proj.data(), count));
+    OCTET_ASSIGN_OR_RETURN(std::vector<float> got, ReadAct(b, h.data(), count));
+    OCTET_ASSIGN_OR_RETURN(std::vector<float> apart,
+                           ReadAct(b, h2.data(), count));
+    if (got != apart) {
+      return absl::InternalError(
+          "ScaleRows into a residual differs from ScaleRows then Add");
+    }
+    o.fields.push_back(
+        Near(q_scale ? "h_scaled" : "h_unscaled", std::move(got), true));
+  }
   return o;
 }
 
@@ -1172,9 +1217,10 @@ absl::StatusOr<Output> RunScaleRowsUnscaled(Backend& b, const Env&) {
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, ActOut(b, rows * out));
   OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, nullptr,
                                     RowGroups{}, w, y.data(),
-                                    b.activation_dtype()));
+                                    b.activation_dtype(), RowsInto::kWrite));
   OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, nullptr,
-                                    RowGroups{}, w, sums.data(), DType::kF32));
+                                    RowGroups{}, w, sums.data(), DType::kF32,
+                                    RowsInto::kWrite));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> got,
                          ReadAct(b, y.data(), rows * out));
   OCTET_ASSIGN_OR_RETURN(std::vector<float> same,
@@ -1512,6 +1558,10 @@ const std::vector<Case>& Cases() {
          return RunGemmBlockSums(b, false, 2, 157, true);
        }},
       {"ScaleRows", {"has_block_sums", "ScaleRows"}, kExact, RunScaleRows},
+      {"ScaleRowsAdd",
+       {"has_block_sums", "ScaleRows", "Add"},
+       kExact,
+       RunScaleRowsAdd},
       {"ScaleRowsUnscaled",
        {"has_block_sums", "ScaleRows"},
        kExact,

@@ -313,10 +313,11 @@ class CapturingBackend : public Backend {
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
-                         void* y, DType y_dtype) override {
+                         void* y, DType y_dtype, RowsInto into) override {
     const LinearWeight* pw = &w;
     return Do([=, this] {
-      return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y, y_dtype);
+      return inner_->ScaleRows(sums, rows, q_scale, groups, *pw, y, y_dtype,
+                               into);
     });
   }
 

@@ -123,6 +123,8 @@ TEST_P(StepProfileTest, CountsEveryPartOfADecodeStep) {
   EXPECT_EQ(Calls(*p, StepPart::kAttention), layers);
   EXPECT_EQ(Calls(*p, StepPart::kKvWrite), layers);
   EXPECT_EQ(Calls(*p, StepPart::kRope), layers);  // q and k in one call
+  // The residual adds happen in the o and down layers' ScaleRows.
+  EXPECT_EQ(Calls(*p, StepPart::kAdd), 0);
   // Row-parallel layers: block sums, then (FP8) the row scaling.
   for (StepPart part : {StepPart::kO, StepPart::kDown, StepPart::kGateUp}) {
     EXPECT_GE(Calls(*p, part), layers) << StepPartName(part);
