@@ -386,6 +386,11 @@ class Backend {
   //   instead, as Add would add it (y = y + value, rounded again; y is not
   //   sums): a row-parallel layer's output into the residual stream, one
   //   kernel fewer.
+  //   GemmScaledBlockSums: the two at once, for a layer with no collective
+  //   between them (one rank): y as GemmBlockSums into `sums` (binary32
+  //   [rows][w.out] scratch) then ScaleRows from it give, bit for bit. The
+  //   default runs the two; CUDA adds the blocks in the scaling kernel,
+  //   one kernel fewer, and leaves `sums` alone.
   virtual bool has_block_sums() const { return false; }
   virtual absl::Status GemmBlockSums(const void* x, int64_t rows,
                                      const LinearWeight& w, int64_t k_blocks,
@@ -394,6 +399,10 @@ class Backend {
                                  const float* q_scale, const RowGroups& groups,
                                  const LinearWeight& w, void* y, DType y_dtype,
                                  RowsInto into);
+  virtual absl::Status GemmScaledBlockSums(
+      const void* x, int64_t rows, const LinearWeight& w, int64_t k_blocks,
+      const float* q_scale, const RowGroups& groups, float* sums, void* y,
+      DType y_dtype, RowsInto into);
 
   // Sampling: a token for each row (kernels/sampling.h has the rules) from
   // the binary32 logits [*][vocab] on the device; only the tokens come back.
@@ -495,6 +504,15 @@ inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
                                        void*, DType, RowsInto) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
+}
+
+inline absl::Status Backend::GemmScaledBlockSums(
+    const void* x, int64_t rows, const LinearWeight& w, int64_t k_blocks,
+    const float* q_scale, const RowGroups& groups, float* sums, void* y,
+    DType y_dtype, RowsInto into) {
+  absl::Status s = GemmBlockSums(x, rows, w, k_blocks, sums);
+  if (!s.ok()) return s;
+  return ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype, into);
 }
 
 inline absl::StatusOr<std::unique_ptr<DeviceClock>> Backend::NewClock() {

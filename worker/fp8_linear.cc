@@ -81,13 +81,19 @@ absl::Status LlamaModel::RowParallelLinear(const LinearWeight& w,
         QuantizeInput(w, x, rows, seqs, true, &groups, &scale, trace));
     in = scratch_.codes.data();
   }
-  OCTET_RETURN_IF_ERROR(
-      backend_.GemmBlockSums(in, rows, w, blocks.local, sums));
   // FP8 scales once after the sum when every rank scales the same way (as
   // one rank would); otherwise each rank scales its own part first.
   const bool act_scale_shared =
       plan_.size == 1 || sync_absmax_ || w.input_scale.data() != nullptr;
-  if (scale != nullptr && !(scale_shared && act_scale_shared)) {
+  const bool scale_first =
+      scale != nullptr && !(scale_shared && act_scale_shared);
+  if (plan_.size == 1 && !scale_first) {  // nothing between sums and scaling
+    return backend_.GemmScaledBlockSums(in, rows, w, blocks.local, scale,
+                                        groups, sums, h, act, RowsInto::kAdd);
+  }
+  OCTET_RETURN_IF_ERROR(
+      backend_.GemmBlockSums(in, rows, w, blocks.local, sums));
+  if (scale_first) {
     OCTET_RETURN_IF_ERROR(backend_.ScaleRows(sums, rows, scale, groups, w, sums,
                                              DType::kF32, RowsInto::kWrite));
     scale = nullptr;

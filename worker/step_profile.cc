@@ -245,6 +245,15 @@ absl::Status ProfilingBackend::ScaleRows(const float* sums, int64_t rows,
     return inner_.ScaleRows(sums, rows, q_scale, groups, w, y, y_dtype, into);
   });
 }
+absl::Status ProfilingBackend::GemmScaledBlockSums(
+    const void* x, int64_t rows, const LinearWeight& w, int64_t k_blocks,
+    const float* q_scale, const RowGroups& groups, float* sums, void* y,
+    DType y_dtype, RowsInto into) {
+  return Timed(PartOf(w), [&] {
+    return inner_.GemmScaledBlockSums(x, rows, w, k_blocks, q_scale, groups,
+                                      sums, y, y_dtype, into);
+  });
+}
 // A host plan of attention (CUDA: FlashInfer's schedule, copied up) is
 // host work.
 absl::StatusOr<bool> ProfilingBackend::PlanAttention(

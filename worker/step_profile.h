@@ -171,6 +171,12 @@ class ProfilingBackend : public Backend {
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
                          void* y, DType y_dtype, RowsInto into) override;
+  absl::Status GemmScaledBlockSums(const void* x, int64_t rows,
+                                   const LinearWeight& w, int64_t k_blocks,
+                                   const float* q_scale,
+                                   const RowGroups& groups, float* sums,
+                                   void* y, DType y_dtype,
+                                   RowsInto into) override;
   absl::StatusOr<SampleStaging> StageSample(
       int64_t vocab, absl::Span<const SampleRow> rows,
       const SampleLayout& layout) override;

@@ -671,7 +671,7 @@ absl::Status CublasLtGemm::ScaledE4m3(const uint8_t* qa, const float* d_scale_a,
   }
   OCTET_RETURN_IF_ERROR(Run(true, m, n, k, plan_n, DType::kF32, qa, qb,
                             state_->one, state_->one, sums, stream));
-  return CudaScaleRowGroups(sums, m, n, d_scale_a, d_row_group, d_scale_b,
+  return CudaScaleRowGroups(sums, 1, m, n, d_scale_a, d_row_group, d_scale_b,
                             b_per_column, y, y_dtype, /*add=*/false, stream);
 }
 
@@ -754,6 +754,17 @@ absl::Status CublasLtGemm::BlockSums(const void* x, const void* w,
                                      DType in_dtype, int64_t m, int64_t n,
                                      int64_t k, int64_t blocks, int64_t plan_k,
                                      float* sums, cudaStream_t stream) {
+  OCTET_ASSIGN_OR_RETURN(
+      const float* parts,
+      BlockProducts(x, w, in_dtype, m, n, k, blocks, plan_k, sums, stream));
+  if (blocks == 1 || m == 0 || n == 0) return absl::OkStatus();
+  return CudaTreeSum(parts, blocks, m * n, m * n, sums, stream);
+}
+
+absl::StatusOr<const float*> CublasLtGemm::BlockProducts(
+    const void* x, const void* w, DType in_dtype, int64_t m, int64_t n,
+    int64_t k, int64_t blocks, int64_t plan_k, float* single,
+    cudaStream_t stream) {
   if (plan_k == 0) plan_k = k;
   if (in_dtype != DType::kE4m3 && in_dtype != DType::kBf16) {
     return absl::InvalidArgumentError(
@@ -761,22 +772,25 @@ absl::Status CublasLtGemm::BlockSums(const void* x, const void* w,
   }
   if (m < 0 || n < 0 || k < 0 || blocks < 1 || blocks > kMaxBlocks ||
       k % blocks != 0 || plan_k < k || (k > 0 && plan_k % (k / blocks) != 0) ||
-      (m > 0 && n > 0 && (x == nullptr || w == nullptr || sums == nullptr))) {
+      (m > 0 && n > 0 && (x == nullptr || w == nullptr || single == nullptr))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CublasLtGemm::BlockSums: M=", m, " N=", n, " K=", k, " in ", blocks,
         " blocks (the layer's K ", plan_k, "), or a null operand"));
   }
-  if (m == 0 || n == 0) return absl::OkStatus();
-  if (k == 0) return ZeroOutput(m, n, sums, DType::kF32, stream);
+  if (m == 0 || n == 0) return single;
   const bool fp8 = in_dtype == DType::kE4m3;
   const int64_t kb = k / blocks;
   const size_t elem = DTypeSize(in_dtype);
   absl::MutexLock lock(&state_->mu);
-  float* out = sums;
+  float* out = single;
   if (blocks > 1) {
     OCTET_ASSIGN_OR_RETURN(
         out, state_->Scratch(state_->blocks, state_->blocks_floats,
                              static_cast<size_t>(blocks * m * n)));
+  }
+  if (k == 0) {
+    OCTET_RETURN_IF_ERROR(ZeroOutput(blocks * m, n, out, DType::kF32, stream));
+    return out;
   }
   // Every block's pointers are as aligned as the first's when a block is
   // a multiple of 16 bytes; planned at 16 bytes, as every rank is.
@@ -800,8 +814,7 @@ absl::Status CublasLtGemm::BlockSums(const void* x, const void* w,
         state_->Matmul(*plan, x, w, fp8 ? state_->one : nullptr,
                        fp8 ? state_->one : nullptr, out, stream));
   }
-  if (blocks == 1) return absl::OkStatus();
-  return CudaTreeSum(out, blocks, m * n, m * n, sums, stream);
+  return out;
 }
 
 CublasLtGemm::Path CublasLtGemm::LastPath() const {

@@ -162,6 +162,17 @@ class CublasLtGemm {
   absl::Status BlockSums(const void* x, const void* w, DType in_dtype,
                          int64_t m, int64_t n, int64_t k, int64_t blocks,
                          int64_t plan_k, float* sums, cudaStream_t stream);
+  // BlockSums less the final TreeSum: the blocks' own sums, binary32
+  // [blocks][m][n], for a kernel that adds them itself (CudaScaleRowGroups).
+  // They are `single` when blocks is 1, otherwise scratch of this object
+  // that the next BlockSums or BlockProducts overwrites: read them on
+  // `stream`, next.
+  absl::StatusOr<const float*> BlockProducts(const void* x, const void* w,
+                                             DType in_dtype, int64_t m,
+                                             int64_t n, int64_t k,
+                                             int64_t blocks, int64_t plan_k,
+                                             float* single,
+                                             cudaStream_t stream);
 
   // "cuBLASLt <version>" of the library loaded.
   static std::string LibraryVersion();

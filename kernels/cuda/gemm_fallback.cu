@@ -81,9 +81,25 @@ absl::Status Launch(const T* a, const T* b, const float* sa, const float* sb,
   return absl::OkStatus();
 }
 
-// With `add`, y[i] += the value as AddKernel adds (the value rounded to
+// kernels/tree_sum.h's TreeSum of element i of `count` vectors `stride`
+// apart: the same additions in the same order (pairwise, strides doubling).
+__device__ float TreeSumAt(const float* __restrict__ parts, int64_t count,
+                           int64_t stride, int64_t i) {
+  float v[kMaxTreeSumParts];
+  for (int64_t j = 0; j < count; ++j) v[j] = parts[j * stride + i];
+  for (int64_t s = 1; s < count; s *= 2) {
+    for (int64_t j = 0; j + s < count; j += 2 * s) {
+      v[j] = __fadd_rn(v[j], v[j + s]);
+    }
+  }
+  return v[0];
+}
+
+// acc is `parts` vectors [m][n], added in TreeSum order first (one: as it
+// is). With `add`, y[i] += the value as AddKernel adds (the value rounded to
 // y's type first, the sum rounded again; __fadd_rn: never an FMA).
-__global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
+__global__ void ScaleRowGroupsKernel(const float* acc, int64_t parts,
+                                     int64_t m, int64_t n,
                                      const float* __restrict__ scale_a,
                                      const int32_t* __restrict__ row_group,
                                      const float* __restrict__ scale_b,
@@ -93,7 +109,7 @@ __global__ void ScaleRowGroupsKernel(const float* acc, int64_t m, int64_t n,
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += stride) {
-    float v = acc[i];
+    float v = parts == 1 ? acc[i] : TreeSumAt(acc, parts, total, i);
     if (scale_a != nullptr) {
       const int32_t g = row_group == nullptr ? 0 : row_group[i / n];
       v = __fmul_rn(v, scale_a[g] * scale_b[b_per_column ? i % n : 0]);
@@ -143,16 +159,16 @@ absl::Status CudaRowScales(const float* d_scale_a, const int32_t* d_row_group,
   return absl::OkStatus();
 }
 
-absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
-                                const float* d_scale_a,
+absl::Status CudaScaleRowGroups(const float* acc, int64_t parts, int64_t m,
+                                int64_t n, const float* d_scale_a,
                                 const int32_t* d_row_group,
                                 const float* d_scale_b, bool b_per_column,
                                 void* y, DType y_dtype, bool add,
                                 cudaStream_t stream) {
-  if (m < 0 || n < 0 ||
+  if (m < 0 || n < 0 || parts < 1 || parts > kMaxTreeSumParts ||
       (m > 0 && n > 0 &&
        (acc == nullptr || (d_scale_a != nullptr && d_scale_b == nullptr) ||
-        y == nullptr || (add && y == acc))) ||
+        y == nullptr || ((add || parts > 1) && y == acc))) ||
       (y_dtype != DType::kF32 && y_dtype != DType::kBf16)) {
     return absl::InvalidArgumentError(
         "CudaScaleRowGroups: bad shape, output type or null operand");
@@ -162,7 +178,7 @@ absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
   const int64_t blocks =
       std::min<int64_t>((m * n + kThreads - 1) / kThreads, int64_t{1} << 16);
   ScaleRowGroupsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      acc, m, n, d_scale_a, d_row_group, d_scale_b, b_per_column,
+      acc, parts, m, n, d_scale_a, d_row_group, d_scale_b, b_per_column,
       y_dtype == DType::kBf16, add, y);
   OCTET_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
@@ -224,14 +240,9 @@ namespace {
 __global__ void TreeSumKernel(const float* __restrict__ parts, int64_t count,
                               int64_t stride, int64_t n,
                               float* __restrict__ out) {
-  float v[kMaxTreeSumParts];
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    for (int64_t j = 0; j < count; ++j) v[j] = parts[j * stride + i];
-    for (int64_t s = 1; s < count; s *= 2) {
-      for (int64_t j = 0; j + s < count; j += 2 * s) v[j] = v[j] + v[j + s];
-    }
-    out[i] = v[0];
+    out[i] = TreeSumAt(parts, count, stride, i);
   }
 }
 

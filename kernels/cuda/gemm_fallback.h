@@ -48,11 +48,13 @@ absl::Status CudaTreeSum(const float* parts, int64_t count, int64_t stride,
 // b_per_column (per-channel weight scales); the two scales multiplied first
 // and the result rounded once to y_dtype. acc is binary32 [m][n]; y may be
 // acc itself when y_dtype is kF32. d_scale_a null: no scaling, y = acc
-// rounded once (unquantized sums, or sums scaled already). With `add` that
-// value is added to y (y not acc), as CUDA's Add adds: y = y + value,
-// rounded again (Backend::ScaleRows with RowsInto::kAdd).
-absl::Status CudaScaleRowGroups(const float* acc, int64_t m, int64_t n,
-                                const float* d_scale_a,
+// rounded once (unquantized sums, or sums scaled already). With `parts` > 1
+// acc is that many [m][n] vectors, added first in TreeSum order (as
+// CudaTreeSum adds them; y not acc). With `add` the value is added to y (y
+// not acc), as CUDA's Add adds: y = y + value, rounded again
+// (Backend::ScaleRows with RowsInto::kAdd). parts <= kMaxTreeSumParts.
+absl::Status CudaScaleRowGroups(const float* acc, int64_t parts, int64_t m,
+                                int64_t n, const float* d_scale_a,
                                 const int32_t* d_row_group,
                                 const float* d_scale_b, bool b_per_column,
                                 void* y, DType y_dtype, bool add,

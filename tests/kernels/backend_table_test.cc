@@ -1205,6 +1205,63 @@ absl::StatusOr<Output> RunScaleRowsAdd(Backend& b, const Env&) {
   return o;
 }
 
+// Codes of small integers (-3 .. 3): their products and any sum of up to
+// 2^20 of them are exact in binary32, in whatever order a GEMM adds them.
+std::vector<uint8_t> SmallIntegerCodes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(-3, 3);
+  std::vector<uint8_t> codes(n);
+  for (uint8_t& c : codes) c = EncodeE4m3(static_cast<float>(pick(rng)));
+  return codes;
+}
+
+// GemmScaledBlockSums into a residual and over a buffer: bit for bit what
+// GemmBlockSums then ScaleRows give on the same backend (an error
+// otherwise), and exact against the reference (the sums are exact).
+absl::StatusOr<Output> RunGemmScaledBlockSums(Backend& b, const Env&) {
+  if (!b.has_block_sums()) return NoBlockSums(b);
+  const std::vector<int64_t> sizes = {3, 1, 4};
+  const std::vector<int32_t> map = RowMap(sizes);
+  const int64_t rows = map.size(), out = 48, in = 256, k_blocks = 4;
+  const int64_t count = rows * out;
+  OCTET_ASSIGN_OR_RETURN(
+      LinearWeight w,
+      E4m3Weight(b, out, in, SmallIntegerCodes(out * in, 97), 0.0371f));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                         Upload(b, SmallIntegerCodes(rows * in, 98)));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer scale,
+                         Upload(b, std::vector<float>{0.013f, 0.7f, 0.0041f}));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap, Upload(b, map));
+  const RowGroups groups{static_cast<int64_t>(sizes.size()),
+                         dmap.as<int32_t>()};
+  const std::vector<float> residual = NormalBf16Values(count, 99, 2.0f);
+  const DType act = b.activation_dtype();
+  Output o;
+  for (RowsInto into : {RowsInto::kAdd, RowsInto::kWrite}) {
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, UploadAct(b, residual));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer y2, UploadAct(b, residual));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums,
+                           Upload(b, std::vector<float>(count, kSentinel)));
+    OCTET_RETURN_IF_ERROR(
+        b.GemmScaledBlockSums(x.data(), rows, w, k_blocks, scale.as<float>(),
+                              groups, sums.as<float>(), y.data(), act, into));
+    OCTET_RETURN_IF_ERROR(
+        b.GemmBlockSums(x.data(), rows, w, k_blocks, sums.as<float>()));
+    OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, scale.as<float>(),
+                                      groups, w, y2.data(), act, into));
+    OCTET_ASSIGN_OR_RETURN(std::vector<float> got, ReadAct(b, y.data(), count));
+    OCTET_ASSIGN_OR_RETURN(std::vector<float> apart,
+                           ReadAct(b, y2.data(), count));
+    if (got != apart) {
+      return absl::InternalError(
+          "GemmScaledBlockSums differs from GemmBlockSums then ScaleRows");
+    }
+    o.fields.push_back(
+        Near(into == RowsInto::kAdd ? "h" : "y", std::move(got), true));
+  }
+  return o;
+}
+
 // ScaleRows without scales (q_scale null): y = sums rounded once to the
 // activation dtype, for unquantized row-parallel sums, and in place in
 // binary32 (y = sums itself): exact.
@@ -1562,6 +1619,10 @@ const std::vector<Case>& Cases() {
        {"has_block_sums", "ScaleRows", "Add"},
        kExact,
        RunScaleRowsAdd},
+      {"GemmScaledBlockSums",
+       {"has_block_sums", "GemmScaledBlockSums", "GemmBlockSums", "ScaleRows"},
+       kExact,
+       RunGemmScaledBlockSums},
       {"ScaleRowsUnscaled",
        {"has_block_sums", "ScaleRows"},
        kExact,

@@ -320,6 +320,18 @@ class CapturingBackend : public Backend {
                                into);
     });
   }
+  absl::Status GemmScaledBlockSums(const void* x, int64_t rows,
+                                   const LinearWeight& w, int64_t k_blocks,
+                                   const float* q_scale,
+                                   const RowGroups& groups, float* sums,
+                                   void* y, DType y_dtype,
+                                   RowsInto into) override {
+    const LinearWeight* pw = &w;
+    return Do([=, this] {
+      return inner_->GemmScaledBlockSums(x, rows, *pw, k_blocks, q_scale,
+                                         groups, sums, y, y_dtype, into);
+    });
+  }
 
   absl::Status InterleaveParts(const float* parts, int64_t num_parts,
                                int64_t rows, int64_t cols,
