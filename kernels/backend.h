@@ -253,6 +253,17 @@ class Backend {
                                const AttentionMetadata& meta, void* k_cache,
                                void* v_cache) = 0;
 
+  // Rope then WriteKv on a fused [q | k | v] projection, as the model calls
+  // them: rows of meta.num_tokens at qkv + t * row_stride, q's `heads`
+  // heads and k's `kv_heads` turned by meta.positions, then k and v written
+  // to the caches. The same bits as the two calls (the default); on CUDA
+  // one kernel where they take two.
+  virtual absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                                   int64_t head_dim, int64_t row_stride,
+                                   const float* inv_freq,
+                                   const AttentionMetadata& meta, void* k_cache,
+                                   void* v_cache);
+
   // Causal paged attention with grouped KV heads: token t (sequence s,
   // position p) attends to positions [p - window + 1, p] of sequence s,
   // read from the caches through s's block table, softmax(q·k / sqrt(d)).
@@ -390,7 +401,7 @@ class Backend {
   //   between them (one rank): y as GemmBlockSums into `sums` (binary32
   //   [rows][w.out] scratch) then ScaleRows from it give, bit for bit. The
   //   default runs the two; CUDA adds the blocks in the scaling kernel,
-  //   one kernel fewer, and leaves `sums` alone.
+  //   one kernel fewer (`sums` holds the one block's sums, or is unused).
   virtual bool has_block_sums() const { return false; }
   virtual absl::Status GemmBlockSums(const void* x, int64_t rows,
                                      const LinearWeight& w, int64_t k_blocks,
@@ -504,6 +515,21 @@ inline absl::Status Backend::ScaleRows(const float*, int64_t, const float*,
                                        const RowGroups&, const LinearWeight&,
                                        void*, DType, RowsInto) {
   return absl::UnimplementedError(Describe() + " has no ScaleRows");
+}
+
+inline absl::Status Backend::RopeWriteKv(void* qkv, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim,
+                                         int64_t row_stride,
+                                         const float* inv_freq,
+                                         const AttentionMetadata& meta,
+                                         void* k_cache, void* v_cache) {
+  absl::Status s = Rope(qkv, meta.num_tokens, heads + kv_heads, head_dim,
+                        row_stride, meta.positions, inv_freq);
+  if (!s.ok()) return s;
+  const size_t elem = DTypeSize(activation_dtype());
+  char* k = static_cast<char*>(qkv) + heads * head_dim * elem;
+  char* v = k + kv_heads * head_dim * elem;
+  return WriteKv(k, v, row_stride, kv_heads, head_dim, meta, k_cache, v_cache);
 }
 
 inline absl::Status Backend::GemmScaledBlockSums(

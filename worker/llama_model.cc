@@ -131,7 +131,6 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
       Linear(layer.qkv, x, tokens, seqs, false, s.qkv.data(), trace));
   void* q = s.qkv.data();
   void* k = Offset(q, q_width, act);
-  void* v = Offset(q, q_width + kv_width, act);
   if (c.qkv_bias) {
     OCTET_RETURN_IF_ERROR(
         backend_.AddBias(q, layer.qkv_bias.as<float>(), tokens, qkv_width));
@@ -142,12 +141,9 @@ absl::Status LlamaModel::AttentionBlock(int64_t l,
     OCTET_RETURN_IF_ERROR(backend_.RmsNormHeads(
         k, tokens, kv_heads, hd, qkv_width, layer.k_norm.as<float>(), eps));
   }
-  // q's heads and k's sit side by side in each row: one call rotates both.
-  OCTET_RETURN_IF_ERROR(backend_.Rope(q, tokens, heads + kv_heads, hd,
-                                      qkv_width, meta.positions,
-                                      inv_freq_.as<float>()));
-  OCTET_RETURN_IF_ERROR(backend_.WriteKv(k, v, qkv_width, kv_heads, hd, meta,
-                                         cache.k(l), cache.v(l)));
+  OCTET_RETURN_IF_ERROR(backend_.RopeWriteKv(q, heads, kv_heads, hd, qkv_width,
+                                             inv_freq_.as<float>(), meta,
+                                             cache.k(l), cache.v(l)));
   OCTET_RETURN_IF_ERROR(backend_.Attention(q, qkv_width, heads, kv_heads, hd,
                                            meta, cache.k(l), cache.v(l),
                                            s.attn.data()));

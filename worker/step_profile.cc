@@ -162,6 +162,17 @@ absl::Status ProfilingBackend::WriteKv(const void* k, const void* v,
     return inner_.WriteKv(k, v, stride, kv_heads, head_dim, meta, kc, vc);
   });
 }
+absl::Status ProfilingBackend::RopeWriteKv(void* qkv, int64_t heads,
+                                           int64_t kv_heads, int64_t head_dim,
+                                           int64_t row_stride,
+                                           const float* inv_freq,
+                                           const AttentionMetadata& meta,
+                                           void* k_cache, void* v_cache) {
+  return Timed(StepPart::kRope, [&] {
+    return inner_.RopeWriteKv(qkv, heads, kv_heads, head_dim, row_stride,
+                              inv_freq, meta, k_cache, v_cache);
+  });
+}
 absl::Status ProfilingBackend::Attention(const void* q, int64_t stride,
                                          int64_t heads, int64_t kv_heads,
                                          int64_t head_dim,

@@ -35,14 +35,14 @@ enum class StepPart {
   kGateUp,
   kDown,
   kLmHead,
-  kQuantize,   // AbsMax, Quantize, their fused forms, static quantization
-  kNorm,       // RmsNorm, RmsNormHeads
-  kRope,
-  kKvWrite,
+  kQuantize,  // AbsMax, Quantize, their fused forms, static quantization
+  kNorm,      // RmsNorm, RmsNormHeads
+  kRope,      // Rope, and RopeWriteKv (the KV write inside it)
+  kKvWrite,   // WriteKv on its own
   kAttention,
   kSiluMul,
-  kAdd,        // residual adds, biases
-  kGather,     // embedding lookups, row gathers, logits interleaving
+  kAdd,     // residual adds, biases
+  kGather,  // embedding lookups, row gathers, logits interleaving
   kSampling,
   kHost,       // copies to and from the host, waits
   kOtherGemm,  // a GEMM whose weight no projection owns
@@ -132,6 +132,10 @@ class ProfilingBackend : public Backend {
                        int64_t kv_heads, int64_t head_dim,
                        const AttentionMetadata& meta, void* kc,
                        void* vc) override;
+  absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim, int64_t row_stride,
+                           const float* inv_freq, const AttentionMetadata& meta,
+                           void* k_cache, void* v_cache) override;
   absl::Status Attention(const void* q, int64_t stride, int64_t heads,
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* kc,

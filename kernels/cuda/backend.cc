@@ -210,6 +210,14 @@ class CudaBackend : public Backend {
     return cuda::Rope(x, rows, heads, head_dim, row_stride, positions, inv_freq,
                       stream_);
   }
+  absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim, int64_t row_stride,
+                           const float* inv_freq, const AttentionMetadata& meta,
+                           void* k_cache, void* v_cache) override {
+    OCTET_RETURN_IF_ERROR(BindDevice());
+    return cuda::RopeWriteKv(qkv, heads, kv_heads, head_dim, row_stride,
+                             inv_freq, meta, k_cache, v_cache, stream_);
+  }
   absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
                             int64_t head_dim, int64_t row_stride,
                             const float* weight, float eps) override {
@@ -487,9 +495,8 @@ class CudaBackend : public Backend {
       const SampleLayout& layout) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
     OCTET_RETURN_IF_ERROR(NotCapturing("StageSample"));
-    OCTET_ASSIGN_OR_RETURN(SampleStaging plan,
-                           PlanSampleStaging(vocab, rows, layout));
-    return sampler_->Stage(plan, vocab, rows, layout, stream_);
+    return sampler_->Stage(PlanSampleStaging(vocab, rows, layout), vocab, rows,
+                           layout, stream_);
   }
   absl::Status SampleStaged(const float* logits, int64_t vocab) override {
     OCTET_RETURN_IF_ERROR(BindDevice());

@@ -160,6 +160,18 @@ __global__ void AddKernel(bf16* x, const bf16* y, int64_t n) {
   }
 }
 
+// Turns the pair (f, f + half) of the head at v by position · inv_freq[f]
+// (RopeKernel and RopeWriteKvKernel alike: rounded steps, no FMA).
+__device__ inline void RotatePair(bf16* v, int64_t f, int64_t half,
+                                  int32_t position, const float* inv_freq) {
+  const float angle = __fmul_rn(static_cast<float>(position), inv_freq[f]);
+  float s, c;
+  sincosf(angle, &s, &c);
+  const float a = Load(v, f), b = Load(v, f + half);
+  Store(v, f, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+  Store(v, f + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+}
+
 __global__ void RopeKernel(bf16* x, int64_t rows, int64_t heads, int64_t half,
                            int64_t row_stride, const int32_t* positions,
                            const float* inv_freq) {
@@ -167,13 +179,40 @@ __global__ void RopeKernel(bf16* x, int64_t rows, int64_t heads, int64_t half,
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t f = i % half, h = (i / half) % heads, r = i / (half * heads);
-    const float angle = static_cast<float>(positions[r]) * inv_freq[f];
-    float s, c;
-    sincosf(angle, &s, &c);
-    bf16* v = x + r * row_stride + h * 2 * half;
-    const float a = Load(v, f), b = Load(v, f + half);
-    Store(v, f, a * c - b * s);
-    Store(v, f + half, b * c + a * s);
+    RotatePair(x + r * row_stride + h * 2 * half, f, half, positions[r],
+               inv_freq);
+  }
+}
+
+// RopeKernel on q's and k's heads of [q | k | v] rows, then WriteKvKernel's
+// copies, in one launch: a thread per (row, head, pair) of q and k (a k
+// pair also goes to the key cache, as turned), then per (row, entry) of v.
+// Each thread reads and writes only its own pair.
+__global__ void RopeWriteKvKernel(bf16* qkv, int64_t tokens, int64_t heads,
+                                  int64_t kv_heads, int64_t half,
+                                  int64_t row_stride, const int32_t* positions,
+                                  const float* inv_freq, const int32_t* slots,
+                                  bf16* k_cache, bf16* v_cache) {
+  const int64_t turned = heads + kv_heads, width = kv_heads * 2 * half;
+  const int64_t pairs = tokens * turned * half, n = pairs + tokens * width;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (i < pairs) {
+      const int64_t f = i % half, h = (i / half) % turned,
+                    r = i / (half * turned);
+      bf16* head = qkv + r * row_stride + h * 2 * half;
+      RotatePair(head, f, half, positions[r], inv_freq);
+      const int64_t slot = slots[r];
+      if (h < heads || slot < 0) continue;  // a q head, or a padding row
+      bf16* cached = k_cache + slot * width + (h - heads) * 2 * half;
+      cached[f] = head[f];
+      cached[f + half] = head[f + half];
+    } else {
+      const int64_t t = (i - pairs) / width, c = (i - pairs) % width;
+      const int64_t slot = slots[t];
+      if (slot < 0) continue;
+      v_cache[slot * width + c] = qkv[t * row_stride + turned * 2 * half + c];
+    }
   }
 }
 
@@ -553,6 +592,21 @@ absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
   RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(
       static_cast<bf16*>(x), rows, heads, head_dim / 2, row_stride, positions,
       inv_freq);
+  OCTET_LAUNCHED();
+  return absl::OkStatus();
+}
+
+absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim, int64_t row_stride,
+                         const float* inv_freq, const AttentionMetadata& meta,
+                         void* k_cache, void* v_cache, cudaStream_t stream) {
+  const int64_t half = head_dim / 2, tokens = meta.num_tokens;
+  const int64_t n = tokens * ((heads + kv_heads) * half + kv_heads * head_dim);
+  if (n == 0) return absl::OkStatus();
+  RopeWriteKvKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      static_cast<bf16*>(qkv), tokens, heads, kv_heads, half, row_stride,
+      meta.positions, inv_freq, meta.slots, static_cast<bf16*>(k_cache),
+      static_cast<bf16*>(v_cache));
   OCTET_LAUNCHED();
   return absl::OkStatus();
 }

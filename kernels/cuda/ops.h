@@ -23,6 +23,11 @@ absl::Status Add(void* x, const void* y, int64_t count, cudaStream_t stream);
 absl::Status Rope(void* x, int64_t rows, int64_t heads, int64_t head_dim,
                   int64_t row_stride, const int32_t* positions,
                   const float* inv_freq, cudaStream_t stream);
+// Backend::RopeWriteKv: Rope and WriteKv in one launch.
+absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim, int64_t row_stride,
+                         const float* inv_freq, const AttentionMetadata& meta,
+                         void* k_cache, void* v_cache, cudaStream_t stream);
 absl::Status RmsNormHeads(void* x, int64_t rows, int64_t heads,
                           int64_t head_dim, int64_t row_stride,
                           const float* weight, float eps, cudaStream_t stream);

@@ -7,6 +7,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -475,10 +476,12 @@ absl::Status CudaSampler::Scratch::SortSegments(cudaStream_t stream) {
 }
 
 absl::StatusOr<SampleStaging> CudaSampler::Stage(
-    SampleStaging plan, int64_t vocab, absl::Span<const SampleRow> rows,
-    const SampleLayout& layout, cudaStream_t stream) {
+    absl::StatusOr<SampleStaging> planned, int64_t vocab,
+    absl::Span<const SampleRow> rows, const SampleLayout& layout,
+    cudaStream_t stream) {
   Scratch& m = *scratch_;
   m.staged_rows = 0;  // nothing to Run or Take until this staging holds
+  OCTET_ASSIGN_OR_RETURN(SampleStaging plan, std::move(planned));
   OCTET_ASSIGN_OR_RETURN(const HostRows h,
                          LayOutRows(rows, vocab, plan, layout.padded_rows > 0));
   // Room for this staging and for `reserve_rows` rows, all sorted.

@@ -60,9 +60,10 @@ class CudaSampler {
 
   // As Backend::StageSample, Backend::SampleStaged and Backend::TakeSampled,
   // on `stream`: d_logits is device binary32 [*][vocab]. Stage is given
-  // PlanSampleStaging's answer for `rows` and `layout` (the caller checks
-  // the rows, on the host side of the backend).
-  absl::StatusOr<SampleStaging> Stage(SampleStaging plan, int64_t vocab,
+  // PlanSampleStaging's answer for `rows` and `layout` (made on the host
+  // side of the backend); an error there leaves nothing staged.
+  absl::StatusOr<SampleStaging> Stage(absl::StatusOr<SampleStaging> plan,
+                                      int64_t vocab,
                                       absl::Span<const SampleRow> rows,
                                       const SampleLayout& layout,
                                       cudaStream_t stream);

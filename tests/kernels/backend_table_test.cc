@@ -636,6 +636,60 @@ absl::StatusOr<Output> RunWriteKv(Backend& b, const Env&) {
   return o;
 }
 
+// RopeWriteKv on a fused [q | k | v] projection (two sequences, one across
+// a block boundary, and a padding row whose slot is -1): the projection and
+// both caches, bit for bit what Rope then WriteKv give on the same backend
+// (an error otherwise), and near the reference as Rope is.
+absl::StatusOr<Output> RunRopeWriteKv(Backend& b, const Env&) {
+  const int64_t heads = 4, kv_heads = 2, head_dim = 64;
+  const int64_t width = kv_heads * head_dim;
+  const int64_t stride = (heads + 2 * kv_heads) * head_dim;
+  Layout l = MakeLayout({{14, 4}, {0, 3}}, 16, 55);
+  l.slots.back() = -1;
+  const int64_t tokens = l.slots.size(), cached = l.num_slots * width;
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  }
+  OCTET_ASSIGN_OR_RETURN(DeviceMeta m, UploadMeta(b, l, 0));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer freq, Upload(b, inv_freq));
+  std::vector<float> got[2][3];  // [fused, apart][qkv, k cache, v cache]
+  for (int way = 0; way < 2; ++way) {
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                           UploadAct(b, NormalBf16Values(tokens * stride, 56)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer kc,
+                           UploadAct(b, NormalBf16Values(cached, 57)));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer vc,
+                           UploadAct(b, NormalBf16Values(cached, 58)));
+    if (way == 0) {
+      OCTET_RETURN_IF_ERROR(b.RopeWriteKv(x.data(), heads, kv_heads, head_dim,
+                                          stride, freq.as<float>(), m.meta,
+                                          kc.data(), vc.data()));
+    } else {
+      OCTET_RETURN_IF_ERROR(b.Rope(x.data(), tokens, heads + kv_heads, head_dim,
+                                   stride, m.meta.positions, freq.as<float>()));
+      OCTET_RETURN_IF_ERROR(
+          b.WriteKv(ActAt(x.data(), heads * head_dim, b),
+                    ActAt(x.data(), (heads + kv_heads) * head_dim, b), stride,
+                    kv_heads, head_dim, m.meta, kc.data(), vc.data()));
+    }
+    OCTET_ASSIGN_OR_RETURN(got[way][0], ReadAct(b, x.data(), tokens * stride));
+    OCTET_ASSIGN_OR_RETURN(got[way][1], ReadAct(b, kc.data(), cached));
+    OCTET_ASSIGN_OR_RETURN(got[way][2], ReadAct(b, vc.data(), cached));
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (got[0][i] != got[1][i]) {
+      return absl::InternalError(absl::StrCat(
+          "RopeWriteKv differs from Rope then WriteKv in output ", i));
+    }
+  }
+  Output o;
+  o.fields = {Near("qkv", std::move(got[0][0]), true),
+              Near("k_cache", std::move(got[0][1]), true),
+              Near("v_cache", std::move(got[0][2]), true)};
+  return o;
+}
+
 struct AttentionCase {
   int64_t heads, kv_heads, head_dim;  // head_dim 0: Env::max_head_dim
   int64_t block_size, window;
@@ -1215,47 +1269,77 @@ std::vector<uint8_t> SmallIntegerCodes(int64_t n, uint32_t seed) {
   return codes;
 }
 
-// GemmScaledBlockSums into a residual and over a buffer: bit for bit what
-// GemmBlockSums then ScaleRows give on the same backend (an error
-// otherwise), and exact against the reference (the sums are exact).
+// GemmScaledBlockSums of codes x and w's, in `k_blocks` blocks, into y
+// (starting as `residual`) as `into` says; an error unless it is bit for
+// bit what GemmBlockSums then ScaleRows give on the same backend.
+absl::StatusOr<std::vector<float>> ScaledBlockSumsAsApart(
+    Backend& b, const DeviceBuffer& x, int64_t rows, const LinearWeight& w,
+    int64_t k_blocks, const float* q_scale, const RowGroups& groups,
+    const std::vector<float>& residual, RowsInto into) {
+  const int64_t count = rows * w.out;
+  const DType act = b.activation_dtype();
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, UploadAct(b, residual));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer y2, UploadAct(b, residual));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums,
+                         Upload(b, std::vector<float>(count, kSentinel)));
+  OCTET_RETURN_IF_ERROR(b.GemmScaledBlockSums(x.data(), rows, w, k_blocks,
+                                              q_scale, groups, sums.as<float>(),
+                                              y.data(), act, into));
+  OCTET_RETURN_IF_ERROR(
+      b.GemmBlockSums(x.data(), rows, w, k_blocks, sums.as<float>()));
+  OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, q_scale, groups, w,
+                                    y2.data(), act, into));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> got, ReadAct(b, y.data(), count));
+  OCTET_ASSIGN_OR_RETURN(std::vector<float> apart,
+                         ReadAct(b, y2.data(), count));
+  if (got != apart) {
+    return absl::InternalError(
+        absl::StrCat("GemmScaledBlockSums in ", k_blocks,
+                     " blocks differs from GemmBlockSums then ScaleRows"));
+  }
+  return got;
+}
+
+// GemmScaledBlockSums, against GemmBlockSums then ScaleRows on the same
+// backend, bit for bit: random codes (sums that depend on the order of
+// their additions) in 1, 3, 12 and 24 blocks; and codes of small integers
+// (exact sums) in 4 blocks, into a residual and over a buffer, exact
+// against the reference too.
 absl::StatusOr<Output> RunGemmScaledBlockSums(Backend& b, const Env&) {
   if (!b.has_block_sums()) return NoBlockSums(b);
   const std::vector<int64_t> sizes = {3, 1, 4};
   const std::vector<int32_t> map = RowMap(sizes);
-  const int64_t rows = map.size(), out = 48, in = 256, k_blocks = 4;
-  const int64_t count = rows * out;
-  OCTET_ASSIGN_OR_RETURN(
-      LinearWeight w,
-      E4m3Weight(b, out, in, SmallIntegerCodes(out * in, 97), 0.0371f));
-  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
-                         Upload(b, SmallIntegerCodes(rows * in, 98)));
+  const int64_t rows = map.size(), out = 48, in = 384;
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer scale,
                          Upload(b, std::vector<float>{0.013f, 0.7f, 0.0041f}));
   OCTET_ASSIGN_OR_RETURN(DeviceBuffer dmap, Upload(b, map));
   const RowGroups groups{static_cast<int64_t>(sizes.size()),
                          dmap.as<int32_t>()};
-  const std::vector<float> residual = NormalBf16Values(count, 99, 2.0f);
-  const DType act = b.activation_dtype();
+  const std::vector<float> residual = NormalBf16Values(rows * out, 99, 2.0f);
+  {
+    OCTET_ASSIGN_OR_RETURN(
+        LinearWeight w,
+        E4m3Weight(b, out, in, testing::RandomCodes(out * in, 96), 0.0371f));
+    OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                           Upload(b, testing::RandomCodes(rows * in, 95)));
+    for (int64_t k_blocks : {1, 3, 12, 24}) {
+      OCTET_RETURN_IF_ERROR(ScaledBlockSumsAsApart(b, x, rows, w, k_blocks,
+                                                   scale.as<float>(), groups,
+                                                   residual, RowsInto::kAdd)
+                                .status());
+    }
+  }
+  OCTET_ASSIGN_OR_RETURN(
+      LinearWeight w,
+      E4m3Weight(b, out, in, SmallIntegerCodes(out * in, 97), 0.0371f));
+  OCTET_ASSIGN_OR_RETURN(DeviceBuffer x,
+                         Upload(b, SmallIntegerCodes(rows * in, 98)));
   Output o;
   for (RowsInto into : {RowsInto::kAdd, RowsInto::kWrite}) {
-    OCTET_ASSIGN_OR_RETURN(DeviceBuffer y, UploadAct(b, residual));
-    OCTET_ASSIGN_OR_RETURN(DeviceBuffer y2, UploadAct(b, residual));
-    OCTET_ASSIGN_OR_RETURN(DeviceBuffer sums,
-                           Upload(b, std::vector<float>(count, kSentinel)));
-    OCTET_RETURN_IF_ERROR(
-        b.GemmScaledBlockSums(x.data(), rows, w, k_blocks, scale.as<float>(),
-                              groups, sums.as<float>(), y.data(), act, into));
-    OCTET_RETURN_IF_ERROR(
-        b.GemmBlockSums(x.data(), rows, w, k_blocks, sums.as<float>()));
-    OCTET_RETURN_IF_ERROR(b.ScaleRows(sums.as<float>(), rows, scale.as<float>(),
-                                      groups, w, y2.data(), act, into));
-    OCTET_ASSIGN_OR_RETURN(std::vector<float> got, ReadAct(b, y.data(), count));
-    OCTET_ASSIGN_OR_RETURN(std::vector<float> apart,
-                           ReadAct(b, y2.data(), count));
-    if (got != apart) {
-      return absl::InternalError(
-          "GemmScaledBlockSums differs from GemmBlockSums then ScaleRows");
-    }
+    OCTET_ASSIGN_OR_RETURN(
+        std::vector<float> got,
+        ScaledBlockSumsAsApart(b, x, rows, w, 4, scale.as<float>(), groups,
+                               residual, into));
     o.fields.push_back(
         Near(into == RowsInto::kAdd ? "h" : "y", std::move(got), true));
   }
@@ -1414,6 +1498,11 @@ const std::vector<Case>& Cases() {
       {"AddBias", {"AddBias"}, kOneRounding, RunAddBias},
       {"SiluMul", {"SiluMul"}, kOneRounding, RunSiluMul},
       {"WriteKv", {"WriteKv"}, kExact, RunWriteKv},
+      // Rope's tolerance: device sincosf vs libm.
+      {"RopeWriteKv",
+       {"RopeWriteKv", "Rope", "WriteKv"},
+       {0x1p-7, 1e-5},
+       RunRopeWriteKv},
       // Scores differ by binary32 summation order (up to γ_d·Σ|q·k|) and
       // device expf, moving the softmax weights by well under 1e-3 relative;
       // outputs are averages of values below ~4: 2e-3 absolute.

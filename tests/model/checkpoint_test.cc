@@ -339,7 +339,11 @@ TEST(Tokenizer, AMissingSentencePieceModuleIsAClearError) {
   ASSERT_TRUE(WriteSyntheticCheckpoint(*SyntheticPreset("tiny"), {.seed = 2},
                                        (dir / "model").string())
                   .ok());
-  fs::copy_file(testing::SiblingProgram("octet"), dir / "octet");
+  const fs::path octet = testing::SiblingProgram("octet");
+  fs::copy_file(octet, dir / "octet");
+  // The CUDA kernels' library, which `octet` loads from its folder too.
+  const fs::path kernels = octet.parent_path() / "liboctet_cuda_device_code.so";
+  if (fs::exists(kernels)) fs::copy_file(kernels, dir / kernels.filename());
   const std::string command = absl::StrCat(
       "env -u OCTET_SENTENCEPIECE_MODULE ", (dir / "octet").string(),
       " generate --model ", (dir / "model").string(),

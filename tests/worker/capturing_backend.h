@@ -226,6 +226,15 @@ class CapturingBackend : public Backend {
       return inner_->WriteKv(k, v, stride, kv_heads, head_dim, meta, kc, vc);
     });
   }
+  absl::Status RopeWriteKv(void* qkv, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim, int64_t row_stride,
+                           const float* inv_freq, const AttentionMetadata& meta,
+                           void* kc, void* vc) override {
+    return Do([=, this] {
+      return inner_->RopeWriteKv(qkv, heads, kv_heads, head_dim, row_stride,
+                                 inv_freq, meta, kc, vc);
+    });
+  }
   absl::Status Attention(const void* q, int64_t stride, int64_t heads,
                          int64_t kv_heads, int64_t head_dim,
                          const AttentionMetadata& meta, const void* kc,
