@@ -62,7 +62,7 @@ class CudaSampler {
   // on `stream`: d_logits is device binary32 [*][vocab]. Stage is given
   // PlanSampleStaging's answer for `rows` and `layout` (made on the host
   // side of the backend); an error there leaves nothing staged.
-  absl::StatusOr<SampleStaging> Stage(absl::StatusOr<SampleStaging> plan,
+  absl::StatusOr<SampleStaging> Stage(absl::StatusOr<SampleStaging> planned,
                                       int64_t vocab,
                                       absl::Span<const SampleRow> rows,
                                       const SampleLayout& layout,

@@ -639,14 +639,15 @@ absl::StatusOr<Output> RunWriteKv(Backend& b, const Env&) {
 // RopeWriteKv on a fused [q | k | v] projection (two sequences, one across
 // a block boundary, and a padding row whose slot is -1): the projection and
 // both caches, bit for bit what Rope then WriteKv give on the same backend
-// (an error otherwise), and near the reference as Rope is.
+// (an error otherwise), and near the reference as Rope is. Each cache has
+// one slot more in front, read back too, where slot -1 would land.
 absl::StatusOr<Output> RunRopeWriteKv(Backend& b, const Env&) {
   const int64_t heads = 4, kv_heads = 2, head_dim = 64;
   const int64_t width = kv_heads * head_dim;
   const int64_t stride = (heads + 2 * kv_heads) * head_dim;
   Layout l = MakeLayout({{14, 4}, {0, 3}}, 16, 55);
   l.slots.back() = -1;
-  const int64_t tokens = l.slots.size(), cached = l.num_slots * width;
+  const int64_t tokens = l.slots.size(), cached = (l.num_slots + 1) * width;
   std::vector<float> inv_freq(head_dim / 2);
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
@@ -662,16 +663,17 @@ absl::StatusOr<Output> RunRopeWriteKv(Backend& b, const Env&) {
     OCTET_ASSIGN_OR_RETURN(DeviceBuffer vc,
                            UploadAct(b, NormalBf16Values(cached, 58)));
     if (way == 0) {
-      OCTET_RETURN_IF_ERROR(b.RopeWriteKv(x.data(), heads, kv_heads, head_dim,
-                                          stride, freq.as<float>(), m.meta,
-                                          kc.data(), vc.data()));
+      OCTET_RETURN_IF_ERROR(b.RopeWriteKv(
+          x.data(), heads, kv_heads, head_dim, stride, freq.as<float>(), m.meta,
+          ActAt(kc.data(), width, b), ActAt(vc.data(), width, b)));
     } else {
       OCTET_RETURN_IF_ERROR(b.Rope(x.data(), tokens, heads + kv_heads, head_dim,
                                    stride, m.meta.positions, freq.as<float>()));
       OCTET_RETURN_IF_ERROR(
           b.WriteKv(ActAt(x.data(), heads * head_dim, b),
                     ActAt(x.data(), (heads + kv_heads) * head_dim, b), stride,
-                    kv_heads, head_dim, m.meta, kc.data(), vc.data()));
+                    kv_heads, head_dim, m.meta, ActAt(kc.data(), width, b),
+                    ActAt(vc.data(), width, b)));
     }
     OCTET_ASSIGN_OR_RETURN(got[way][0], ReadAct(b, x.data(), tokens * stride));
     OCTET_ASSIGN_OR_RETURN(got[way][1], ReadAct(b, kc.data(), cached));
