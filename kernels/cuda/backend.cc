@@ -463,32 +463,18 @@ class CudaBackend : public Backend {
       return absl::InvalidArgumentError(
           "CUDA GemmScaledBlockSums: weights must be e4m3 or bf16");
     }
-    if (q_scale != nullptr && w.dtype != DType::kE4m3) {
-      return absl::InvalidArgumentError(
-          "GemmScaledBlockSums: weights are not e4m3");
-    }
     OCTET_ASSIGN_OR_RETURN(
         const float* parts,
         gemm_->BlockProducts(x, w.data.data(), w.dtype, rows, w.out, w.in,
                              k_blocks, w.full_in, sums, stream_));
-    return CudaScaleRowGroups(
-        parts, k_blocks, rows, w.out, q_scale,
-        groups.count == 1 ? nullptr : groups.row_group,
-        q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
-        y_dtype, into == RowsInto::kAdd, stream_);
+    return ScaleBlockSums(parts, k_blocks, rows, q_scale, groups, w, y, y_dtype,
+                          into);
   }
   absl::Status ScaleRows(const float* sums, int64_t rows, const float* q_scale,
                          const RowGroups& groups, const LinearWeight& w,
                          void* y, DType y_dtype, RowsInto into) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    if (q_scale != nullptr && w.dtype != DType::kE4m3) {
-      return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
-    }
-    return CudaScaleRowGroups(
-        sums, 1, rows, w.out, q_scale,
-        groups.count == 1 ? nullptr : groups.row_group,
-        q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
-        y_dtype, into == RowsInto::kAdd, stream_);
+    return ScaleBlockSums(sums, 1, rows, q_scale, groups, w, y, y_dtype, into);
   }
   absl::StatusOr<SampleStaging> StageSample(
       int64_t vocab, absl::Span<const SampleRow> rows,
@@ -593,6 +579,23 @@ class CudaBackend : public Backend {
   // device is per thread: without this, allocations and launches from a
   // thread that never chose a device would land on GPU 0.
   absl::Status BindDevice() const { return BindCudaDevice(device_); }
+
+  // ScaleRows on `count` block sums [count][rows][w.out], which the kernel
+  // adds in TreeSum order first (ScaleRows: one; GemmScaledBlockSums: the
+  // blocks' own).
+  absl::Status ScaleBlockSums(const float* parts, int64_t count, int64_t rows,
+                              const float* q_scale, const RowGroups& groups,
+                              const LinearWeight& w, void* y, DType y_dtype,
+                              RowsInto into) {
+    if (q_scale != nullptr && w.dtype != DType::kE4m3) {
+      return absl::InvalidArgumentError("ScaleRows: weights are not e4m3");
+    }
+    return CudaScaleRowGroups(
+        parts, count, rows, w.out, q_scale,
+        groups.count == 1 ? nullptr : groups.row_group,
+        q_scale != nullptr ? w.scale.as<float>() : nullptr, w.scale_per_row, y,
+        y_dtype, into == RowsInto::kAdd, stream_);
+  }
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
