@@ -442,9 +442,10 @@ absl::StatusOr<Output> RunCapture(Backend& b, const Env&) {
   return o;
 }
 
-// RoPE in place on rows of a fused [q | k | v] projection, as the worker
-// calls it: q's heads, then k's, each with the fused row's stride. The whole
-// buffer is read back, so v (untouched) is checked too.
+// RoPE in place on rows of a fused [q | k | v] projection: q's heads, then
+// k's in a second call from k's first head, each with the fused row's stride
+// (the model's RopeWriteKv turns both in one call; RunRopeWriteKv checks
+// that). The whole buffer is read back, so v (untouched) is checked too.
 absl::StatusOr<Output> RunRope(Backend& b, int64_t heads, int64_t kv_heads,
                                int64_t head_dim,
                                const std::vector<int32_t>& positions) {
