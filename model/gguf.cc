@@ -429,6 +429,17 @@ absl::StatusOr<const std::vector<int64_t>*> GgufFile::GetInts(
   return &v->ints;
 }
 
+absl::StatusOr<const std::vector<double>*> GgufFile::GetFloats(
+    absl::string_view key) const {
+  OCTET_ASSIGN_OR_RETURN(const GgufValue* v, Typed(key, GgufValueType::kArray));
+  if (!IsFloatType(v->element_type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": metadata '", key, "' is an array of ",
+                     GgufValueTypeName(v->element_type), ", not of floats"));
+  }
+  return &v->floats;
+}
+
 absl::string_view GgufValueTypeName(GgufValueType type) {
   static constexpr const char* kNames[] = {
       "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",

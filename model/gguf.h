@@ -116,6 +116,8 @@ class GgufFile {
       absl::string_view key) const;
   absl::StatusOr<const std::vector<int64_t>*> GetInts(
       absl::string_view key) const;
+  absl::StatusOr<const std::vector<double>*> GetFloats(
+      absl::string_view key) const;
 
  private:
   GgufFile() = default;

@@ -1,4 +1,5 @@
-// A GGUF file's tokenizer as tokenizer.json (see gguf_tokenizer.h). The
+// A GGUF file's tokenizer as tokenizer.json or tokenizer.model (see
+// gguf_tokenizer.h). The
 // conventions follow transformers' GGUF reader (which the oracle test runs)
 // and llama.cpp's llama-vocab.cpp (which wrote the files).
 #include "model/gguf_tokenizer.h"
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
+#include "model/sentencepiece_model.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace octet {
@@ -173,38 +175,180 @@ absl::StatusOr<Json> AddedTokensFor(const GgufFile& f,
   return added;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> GgufTokenizerJson(const GgufFile& f) {
-  OCTET_ASSIGN_OR_RETURN(const std::string model,
-                         f.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": tokenizer.ggml.model is '", model,
-        "'; octet reads byte-level BPE ('gpt2') tokenizers from GGUF"));
-  }
-  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
-                         f.GetStrings("tokenizer.ggml.tokens"));
+// The byte-level BPE (`gpt2`) as tokenizer.json.
+absl::StatusOr<std::string> ByteLevelTokenizerJson(
+    const GgufFile& f, const std::vector<std::string>& tokens) {
   const std::string pre = f.GetString("tokenizer.ggml.pre").value_or("");
   OCTET_ASSIGN_OR_RETURN(Json pre_tokenizer, PreTokenizerFor(pre, f.path()));
-  OCTET_ASSIGN_OR_RETURN(Json bpe, BpeModelFor(f, *tokens));
-  OCTET_ASSIGN_OR_RETURN(Json added, AddedTokensFor(f, *tokens));
+  OCTET_ASSIGN_OR_RETURN(Json bpe, BpeModelFor(f, tokens));
+  OCTET_ASSIGN_OR_RETURN(Json added, AddedTokensFor(f, tokens));
   const Json j = {{"version", "1.0"},
                   {"added_tokens", added},
                   {"normalizer", nullptr},
                   {"pre_tokenizer", pre_tokenizer},
-                  {"post_processor", PostProcessorFor(f, *tokens)},
+                  {"post_processor", PostProcessorFor(f, tokens)},
                   {"decoder", ByteLevelStep(true)},
                   {"model", bpe}};
   return j.dump();
+}
+
+// The pieces of a SentencePiece vocabulary: each token with its score and
+// type (llama.cpp's types are SentencePiece's: 1 normal ... 6 byte); sets
+// *unk to the one UNKNOWN piece and *bytes to whether there are BYTE ones.
+absl::Status AddSentencePieces(const GgufFile& f,
+                               const std::vector<std::string>& tokens,
+                               spm::ModelProto* m, int64_t* unk, bool* bytes) {
+  OCTET_ASSIGN_OR_RETURN(const std::vector<double>* scores,
+                         f.GetFloats("tokenizer.ggml.scores"));
+  OCTET_ASSIGN_OR_RETURN(const std::vector<int64_t>* types,
+                         f.GetInts("tokenizer.ggml.token_type"));
+  if (scores->size() != tokens.size() || types->size() != tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": ", tokens.size(), " tokens, ", scores->size(),
+                     " tokenizer.ggml.scores and ", types->size(),
+                     " tokenizer.ggml.token_type: they must match"));
+  }
+  *unk = -1;
+  *bytes = false;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& t = tokens[id];
+    const int64_t type = (*types)[id];
+    const std::string where = absl::StrCat(f.path(), ": token ", id);
+    if (t.empty() || Utf8Lossy(t) != t) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is empty or not valid UTF-8"));
+    }
+    if (!spm::ModelProto::SentencePiece::Type_IsValid(static_cast<int>(type))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " has token_type ", type, " (1 to 6 are known)"));
+    }
+    if (type == spm::ModelProto::SentencePiece::UNKNOWN) {
+      if (*unk >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " is a second UNKNOWN token (the first is ", *unk, ")"));
+      }
+      *unk = static_cast<int64_t>(id);
+    }
+    *bytes |= type == spm::ModelProto::SentencePiece::BYTE;
+    spm::ModelProto::SentencePiece* p = m->add_pieces();
+    p->set_piece(t);
+    p->set_score(static_cast<float>((*scores)[id]));
+    p->set_type(static_cast<spm::ModelProto::SentencePiece::Type>(type));
+  }
+  if (*unk < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(),
+                     ": no token has token_type 2 (UNKNOWN); SentencePiece "
+                     "needs one"));
+  }
+  return absl::OkStatus();
+}
+
+// The flag `key`, or `absent` when the file has none (another type is an
+// error naming it).
+absl::StatusOr<bool> FlagOr(const GgufFile& f, const char* key, bool absent) {
+  if (f.FindValue(key) == nullptr) return absent;
+  return f.GetBool(key);
+}
+
+// The special token `id_key` names, which SentencePiece finds by its piece
+// and counts only as a CONTROL one; -1 when `wanted` is false or the file
+// has no such key.
+absl::StatusOr<int32_t> SpecialToken(const GgufFile& f, const char* id_key,
+                                     bool wanted, const spm::ModelProto& m) {
+  if (!wanted || f.FindValue(id_key) == nullptr) return -1;
+  OCTET_ASSIGN_OR_RETURN(const uint64_t i, f.GetUint(id_key));
+  if (i >= static_cast<uint64_t>(m.pieces_size()) ||
+      m.pieces(static_cast<int>(i)).type() !=
+          spm::ModelProto::SentencePiece::CONTROL) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": ", id_key, " ", i, " is not a CONTROL token of the ",
+        m.pieces_size(), " (SentencePiece knows its special tokens so)"));
+  }
+  return static_cast<int32_t>(i);
+}
+
+// The SentencePiece BPE (`llama`) as the bytes of a tokenizer.model.
+absl::StatusOr<std::string> SentencePieceModel(
+    const GgufFile& f, const std::vector<std::string>& tokens) {
+  OCTET_ASSIGN_OR_RETURN(const bool add_eos,
+                         FlagOr(f, "tokenizer.ggml.add_eos_token", false));
+  OCTET_ASSIGN_OR_RETURN(const bool add_bos,
+                         FlagOr(f, "tokenizer.ggml.add_bos_token", true));
+  OCTET_ASSIGN_OR_RETURN(const bool space_prefix,
+                         FlagOr(f, "tokenizer.ggml.add_space_prefix", true));
+  OCTET_ASSIGN_OR_RETURN(
+      const bool remove_extra_whitespaces,
+      FlagOr(f, "tokenizer.ggml.remove_extra_whitespaces", false));
+  if (add_eos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(),
+                     ": tokenizer.ggml.add_eos_token is true; octet's "
+                     "SentencePiece tokenizers add no EOS to a prompt"));
+  }
+  spm::ModelProto m;
+  int64_t unk = -1;
+  bool bytes = false;
+  OCTET_RETURN_IF_ERROR(AddSentencePieces(f, tokens, &m, &unk, &bytes));
+  spm::TrainerSpec* t = m.mutable_trainer_spec();
+  t->set_model_type(spm::TrainerSpec::BPE);
+  t->set_vocab_size(m.pieces_size());
+  t->set_byte_fallback(bytes);
+  t->set_unk_id(static_cast<int32_t>(unk));
+  t->set_unk_piece(tokens[unk]);
+  // llama.cpp and transformers add BOS unless the file says not to.
+  OCTET_ASSIGN_OR_RETURN(
+      const int32_t bos,
+      SpecialToken(f, "tokenizer.ggml.bos_token_id", add_bos, m));
+  OCTET_ASSIGN_OR_RETURN(
+      const int32_t eos,
+      SpecialToken(f, "tokenizer.ggml.eos_token_id", /*wanted=*/true, m));
+  // No such token: the UNKNOWN piece, which SentencePiece reports as none
+  // (an empty piece would read as its default, "<s>" or "</s>").
+  t->set_bos_id(bos);
+  t->set_bos_piece(tokens[bos >= 0 ? bos : unk]);
+  t->set_eos_id(eos);
+  t->set_eos_piece(tokens[eos >= 0 ? eos : unk]);
+  t->set_pad_id(-1);
+  spm::NormalizerSpec* n = m.mutable_normalizer_spec();
+  n->set_name("identity");
+  n->set_add_dummy_prefix(space_prefix);
+  n->set_remove_extra_whitespaces(remove_extra_whitespaces);
+  n->set_escape_whitespaces(true);
+  return m.SerializeAsString();
+}
+
+}  // namespace
+
+absl::StatusOr<GgufTokenizerFile> GgufTokenizerAsFile(const GgufFile& f) {
+  OCTET_ASSIGN_OR_RETURN(const std::string model,
+                         f.GetString("tokenizer.ggml.model"));
+  if (model != "gpt2" && model != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": tokenizer.ggml.model is '", model,
+        "'; octet reads byte-level BPE ('gpt2') and SentencePiece BPE "
+        "('llama') tokenizers from GGUF"));
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
+                         f.GetStrings("tokenizer.ggml.tokens"));
+  if (model == "llama") {
+    OCTET_ASSIGN_OR_RETURN(std::string bytes, SentencePieceModel(f, *tokens));
+    return GgufTokenizerFile{"tokenizer.model", std::move(bytes)};
+  }
+  OCTET_ASSIGN_OR_RETURN(std::string json, ByteLevelTokenizerJson(f, *tokens));
+  return GgufTokenizerFile{"tokenizer.json", std::move(json)};
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& f) {
   if (f.FindValue("tokenizer.ggml.model") == nullptr) {
     return std::unique_ptr<Tokenizer>();
   }
-  OCTET_ASSIGN_OR_RETURN(const std::string json, GgufTokenizerJson(f));
-  return LoadTokenizerJson(json, absl::StrCat(f.path(), " (tokenizer.ggml)"));
+  OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile file, GgufTokenizerAsFile(f));
+  const std::string what = absl::StrCat(f.path(), " (tokenizer.ggml)");
+  if (file.name == "tokenizer.model") {
+    return Tokenizer::FromSerialized(file.bytes, what);
+  }
+  return LoadTokenizerJson(file.bytes, what);
 }
 
 std::string GgufChatTemplate(const GgufFile& f) {

@@ -6,9 +6,16 @@
 // it -- the vocabulary and merges from the file; tokens the file marks
 // CONTROL as special added tokens, USER_DEFINED as plain ones; the split
 // pattern that `tokenizer.ggml.pre` names (llama.cpp's table: smollm,
-// llama-bpe, qwen2 ...) -- read by model/bpe_tokenizer.h. Other models
-// (`llama`'s SentencePiece scores, ...) and pre-tokenizers octet does not
-// know are errors naming them.
+// llama-bpe, qwen2 ...) -- read by model/bpe_tokenizer.h.
+//
+// `tokenizer.ggml.model = llama` (SentencePiece BPE with scores: Llama 2,
+// Mistral, TinyLlama) becomes the tokenizer.model SentencePiece would hold
+// for it (model/sentencepiece_model.proto) -- each token a piece with its
+// score and type (llama.cpp's token types are SentencePiece's), byte
+// fallback when the vocabulary has <0xXX> pieces, the space in front of
+// the text as `add_space_prefix` says -- read by SentencePiece itself, as a
+// checkpoint's own tokenizer.model is. Other models and pre-tokenizers
+// octet does not know are errors naming them.
 #pragma once
 
 #include <memory>
@@ -20,9 +27,14 @@
 
 namespace octet {
 
-// The tokenizer.json text for `file`'s tokenizer (what GgufTokenizer
-// loads; `octet tokenize` and the tests read it too).
-absl::StatusOr<std::string> GgufTokenizerJson(const GgufFile& file);
+// `file`'s tokenizer as the file a Hugging Face checkpoint would hold it
+// in: what GgufTokenizer loads, and what `octet quantize` writes beside an
+// FP8 checkpoint made from a GGUF file.
+struct GgufTokenizerFile {
+  std::string name;   // "tokenizer.json" (gpt2) or "tokenizer.model" (llama)
+  std::string bytes;  // its contents
+};
+absl::StatusOr<GgufTokenizerFile> GgufTokenizerAsFile(const GgufFile& file);
 
 // The tokenizer of `file`: null when its metadata has none
 // (tokenizer.ggml.model absent), an error when it cannot be built.

@@ -74,7 +74,8 @@ pypi_venv() {
 # (compressed_tensors_oracle.sh, gguf_oracle.sh): one 5.6 GB install, not
 # one each. PyPI's torch wheel brings NVIDIA's CUDA libraries; no GPU is used.
 TORCH_ORACLE_PINS=(torch==2.15.0 transformers==5.25.0 safetensors==0.8.0
-                   compressed-tensors==0.20.1 gguf==0.19.0 accelerate==1.16.0)
+                   compressed-tensors==0.20.1 gguf==0.19.0 accelerate==1.16.0
+                   sentencepiece==0.2.3)
 
 # The `openai` client of the HTTP API's tests (openai_client_test.sh,
 # http_load_test.sh), which share one virtualenv.

@@ -149,16 +149,17 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
 }
 
 // The input's tokenizer files beside the output's config.json; a GGUF
-// input's tokenizer.ggml written as tokenizer.json.
+// input's tokenizer.ggml written as tokenizer.json or tokenizer.model.
 absl::Status CopyTokenizer(const std::string& in_dir,
                            const std::string& out_dir) {
   if (fs::is_regular_file(in_dir)) {  // a GGUF file: its tokenizer.ggml
     OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
                            GgufFile::Open(in_dir));
     if (gguf->FindValue("tokenizer.ggml.model") != nullptr) {
-      OCTET_ASSIGN_OR_RETURN(const std::string json, GgufTokenizerJson(*gguf));
+      OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile tokenizer,
+                             GgufTokenizerAsFile(*gguf));
       OCTET_RETURN_IF_ERROR(WriteTextFile(
-          (fs::path(out_dir) / "tokenizer.json").string(), json));
+          (fs::path(out_dir) / tokenizer.name).string(), tokenizer.bytes));
     }
     return absl::OkStatus();
   }

