@@ -3,6 +3,8 @@
 #include "model/gguf_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,6 +15,9 @@
 
 namespace octet {
 namespace {
+
+// Llama 3's RoPE factors (ReadRopeFreqFactors), read into the config.
+constexpr char kRopeFreqs[] = "rope_freqs.weight";
 
 // GGUF's name for a tensor (llama.cpp's LLM_TENSOR_NAMES).
 std::string GgufName(const ExpectedTensor& want) {
@@ -90,10 +95,31 @@ absl::Status RefuseUnsupported(const GgufFile& f, const std::string& arch) {
         f.path(), ": metadata '", scaling,
         "': RoPE scaling from a GGUF file is not supported"));
   }
-  if (f.FindTensor("rope_freqs.weight") != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": tensor 'rope_freqs.weight' (Llama 3.1's RoPE "
-                  "frequency scaling) is not supported from a GGUF file"));
+  return absl::OkStatus();
+}
+
+// Llama 3's RoPE scaling as llama.cpp's converter writes it: tensor
+// rope_freqs.weight, F32, one factor per rotary pair, each dividing that
+// pair's frequency.
+absl::Status ReadRopeFreqFactors(const GgufFile& f, ModelConfig& c) {
+  const GgufTensorInfo* t = f.FindTensor(kRopeFreqs);
+  if (t == nullptr) return absl::OkStatus();
+  if (t->type != GgmlType::kF32 || t->dims.size() != 1 ||
+      t->dims[0] != c.head_dim / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": tensor '", kRopeFreqs, "' must be F32 with ",
+                     c.head_dim / 2, " values (one per rotary pair)"));
+  }
+  c.rope_freq_factors.resize(c.head_dim / 2);
+  std::memcpy(c.rope_freq_factors.data(), f.Data(*t).data(),
+              c.rope_freq_factors.size() * sizeof(float));
+  for (size_t i = 0; i < c.rope_freq_factors.size(); ++i) {
+    if (!(c.rope_freq_factors[i] > 0) ||
+        !std::isfinite(c.rope_freq_factors[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": ", kRopeFreqs, "[", i, "] is ", c.rope_freq_factors[i],
+          "; a factor must be positive and finite"));
+    }
   }
   return absl::OkStatus();
 }
@@ -189,6 +215,7 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   OCTET_ASSIGN_OR_RETURN(c.max_position_embeddings,
                          ArchUint(f, arch, "context_length", {}));
   OCTET_RETURN_IF_ERROR(ReadHeadDim(f, arch, c));
+  OCTET_RETURN_IF_ERROR(ReadRopeFreqFactors(f, c));
   OCTET_ASSIGN_OR_RETURN(c.rms_norm_eps,
                          f.GetFloat(arch + ".attention.layer_norm_rms_epsilon"));
   if (f.FindValue(arch + ".rope.freq_base") != nullptr) {
@@ -245,14 +272,16 @@ absl::Status GgufCheckpoint::MapNames() {
     }
     entries_[want.name] = e;
   }
-  // Every tensor of the file is one octet uses: another is a part of a model
-  // octet would silently leave out.
-  if (file_->contents().tensors.size() != entries_.size()) {
+  // Every tensor of the file is one octet uses (rope_freqs.weight is read
+  // into the config): another is a part of a model octet would silently
+  // leave out.
+  const size_t in_config = config().rope_freq_factors.empty() ? 0 : 1;
+  if (file_->contents().tensors.size() != entries_.size() + in_config) {
     std::vector<std::string> extra;
     for (const GgufTensorInfo& t : file_->contents().tensors) {
       const bool used = std::any_of(entries_.begin(), entries_.end(),
                                     [&](auto& e) { return e.second.tensor == &t; });
-      if (!used) extra.push_back(t.name);
+      if (!used && t.name != kRopeFreqs) extra.push_back(t.name);
     }
     return absl::InvalidArgumentError(
         absl::StrCat(dir(), ": tensors octet's ", config().architecture,

@@ -58,6 +58,11 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
+  // A GGUF file's rope_freqs.weight (llama.cpp's form of Llama 3's scaling,
+  // which its converter computes from rope_scaling): rotary pair i's
+  // frequency is divided by factor i. Empty: none. config.json has no form
+  // for it (ModelConfigToJson leaves it out; `octet quantize` refuses it).
+  std::vector<float> rope_freq_factors;
   std::optional<int64_t> sliding_window;  // Mistral v0.1
   // Qwen2: q_proj, k_proj and v_proj have biases (*.bias, [rows]), added to
   // the projection's output, never quantized.

@@ -9,8 +9,8 @@
 namespace octet {
 
 // inv_freq[i] = theta^(-2i / head_dim) for i < head_dim / 2, with Llama 3
-// scaling (ModelConfig::rope_scaling) applied: computed in double, rounded
-// once to binary32.
+// scaling applied (ModelConfig::rope_freq_factors, else rope_scaling):
+// computed in double, rounded once to binary32.
 std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
 
 }  // namespace octet

@@ -91,6 +91,13 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
     return absl::FailedPreconditionError(
         absl::StrCat(in_dir, ": already an FP8 checkpoint"));
   }
+  if (!in_config.rope_freq_factors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        in_dir,
+        ": RoPE is scaled by tensor 'rope_freqs.weight', which "
+        "config.json cannot say; serve the GGUF file with --quantization "
+        "fp8 instead"));
+  }
   if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir)) {
     return absl::InvalidArgumentError("--out must differ from --in");
   }

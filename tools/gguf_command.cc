@@ -66,7 +66,7 @@ void PrintSummary(const GgufFile& f) {
   }
   std::printf(
       "octet serves it as %s: %lld layers, hidden %lld, %lld heads (%lld "
-      "KV), head_dim %lld, FFN %lld, vocabulary %lld%s\n",
+      "KV), head_dim %lld, FFN %lld, vocabulary %lld%s%s\n",
       config->architecture.c_str(), static_cast<long long>(config->num_layers),
       static_cast<long long>(config->hidden_size),
       static_cast<long long>(config->num_heads),
@@ -74,7 +74,9 @@ void PrintSummary(const GgufFile& f) {
       static_cast<long long>(config->head_dim),
       static_cast<long long>(config->intermediate_size),
       static_cast<long long>(config->vocab_size),
-      config->tie_word_embeddings ? ", tied embeddings" : "");
+      config->tie_word_embeddings ? ", tied embeddings" : "",
+      config->rope_freq_factors.empty() ? ""
+                                        : ", RoPE scaled by rope_freqs.weight");
 }
 
 absl::Status WriteTensor(const GgufFile& f, const std::string& name,

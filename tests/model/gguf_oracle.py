@@ -11,6 +11,8 @@ library for the format) and transformers (which loads GGUF files itself).
    qwen2) are converted to GGUF here as llama.cpp's converter does it (gguf's
    tensor name map; q and k rows interleaved for llama) and `octet logits` on
    the GGUF must equal `octet logits` on the directory bit for bit.
+   Llama 3's RoPE scaling as rope_freqs.weight: tiny's logits within
+   rounding of the directory's (check_rope_freqs).
    A SentencePiece vocabulary (`tokenizer.ggml.model = llama`): tiny with
    its tokenizer.model converted as llama.cpp's converter does; octet's
    tokenizer from the GGUF (and from its `octet quantize` export) must give
@@ -184,9 +186,33 @@ def llama_permute(w, n_head, n_head_kv):
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def llama3_rope_factors(config):
+    """Llama 3's RoPE scaling as llama.cpp's converter writes it for a llama
+    model (tensor rope_freqs.weight): per rotary pair, in binary32, 1 for
+    short wavelengths, `factor` for long ones, a blend between."""
+    s = config["rope_scaling"]
+    dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    freqs = 1.0 / (np.float32(config["rope_theta"]) **
+                   (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    old = s["original_max_position_embeddings"]
+    low, high, factor = s["low_freq_factor"], s["high_freq_factor"], s["factor"]
+    factors = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
 def convert_to_gguf(model_dir, path, tokenizer_metadata=()):
-    """A Hugging Face directory (binary32 weights) as llama.cpp would write it,
-    with tokenizer_metadata's writers (sentencepiece_vocabulary's) too."""
+    """A Hugging Face directory (binary32 weights) as llama.cpp would write it
+    (Llama 3's RoPE scaling as rope_freqs.weight), with tokenizer_metadata's
+    writers (sentencepiece_vocabulary's) too."""
     from safetensors.numpy import load_file
     config = json.load(open(os.path.join(model_dir, "config.json")))
     arch = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}[
@@ -204,6 +230,8 @@ def convert_to_gguf(model_dir, path, tokenizer_metadata=()):
             w = llama_permute(w, heads, kv)
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         tensors[name] = (w, None)
+    if arch == "llama" and config.get("rope_scaling"):
+        tensors["rope_freqs.weight"] = (llama3_rope_factors(config), None)
     metadata = [
         lambda w: w.add_block_count(config["num_hidden_layers"]),
         lambda w: w.add_context_length(config["max_position_embeddings"]),
@@ -233,7 +261,7 @@ def check_round_trip(octet, work):
              "--tokenizer", "none", "--out", model_dir], f"make-model {preset}")
         config_path = os.path.join(model_dir, "config.json")
         config = json.load(open(config_path))
-        config.pop("rope_scaling", None)  # GGUF keeps Llama 3's scaling elsewhere
+        config.pop("rope_scaling", None)  # rope_freqs.weight: within rounding only
         json.dump(config, open(config_path, "w"))
         path = os.path.join(work, f"{preset}.gguf")
         convert_to_gguf(model_dir, path)
@@ -245,6 +273,42 @@ def check_round_trip(octet, work):
                      f"by up to {np.abs(got - want).max()}")
     print("gguf_oracle: round trip: tiny (llama, q/k rows interleaved) and tiny-qwen2 "
           "as GGUF give the directory's logits bit for bit, unquantized and FP8")
+
+
+def check_rope_freqs(octet, work):
+    """Llama 3's RoPE scaling from a GGUF: tiny (which scales RoPE as Llama 3
+    does) converted with rope_freqs.weight must give the directory's logits
+    on prompts up to 600 tokens, within rounding: the factors are binary32
+    there and each frequency is divided by one, where the directory's
+    config blends two terms in binary64. Without the factors the logits
+    must move much farther (the check can fail)."""
+    model_dir = os.path.join(work, "tiny-rope")
+    run([octet, "make-model", "--preset", "tiny", "--dtype", "fp32", "--tokenizer", "none",
+         "--out", model_dir], "make-model tiny")
+    path = os.path.join(work, "tiny-rope.gguf")
+    convert_to_gguf(model_dir, path)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(3, 512, n).tolist() for n in (1, 40, 200, 600)]
+    want = octet_logits(octet, model_dir, prompts)
+    got = octet_logits(octet, path, prompts)
+    config_path = os.path.join(model_dir, "config.json")
+    config = json.load(open(config_path))
+    config.pop("rope_scaling")
+    json.dump(config, open(config_path, "w"))
+    unscaled = octet_logits(octet, model_dir, prompts)
+    scale = np.abs(want).max()
+    error, moved = np.abs(got - want).max() / scale, np.abs(unscaled - want).max() / scale
+    print(f"gguf_oracle: rope_freqs.weight: the GGUF's logits within {error:.1e} of the "
+          f"directory's (of the largest logit), {moved:.1e} without the scaling")
+    if not (error <= 1e-5 and moved > 1000 * max(error, 1e-7)):
+        fail("tiny's RoPE scaling read from rope_freqs.weight does not give the "
+             "directory's logits")
+    # config.json has no form for the factors: an FP8 export is refused.
+    done = subprocess.run([octet, "quantize", "--in", path, "--out",
+                           os.path.join(work, "tiny-rope-fp8")], capture_output=True, text=True)
+    if done.returncode == 0 or "rope_freqs.weight" not in done.stderr:
+        fail(f"octet quantize on a GGUF with rope_freqs.weight: exit {done.returncode}, "
+             f"want a refusal naming the tensor:\n{done.stderr}")
 
 
 def sentencepiece_vocabulary(model_file):
@@ -285,6 +349,10 @@ def check_sentencepiece_tokenizer(octet, work):
     run([octet, "make-model", "--preset", "tiny", "--dtype", "fp32", "--out", model_dir],
         "make-model tiny")
     sp, metadata = sentencepiece_vocabulary(os.path.join(model_dir, "tokenizer.model"))
+    config_path = os.path.join(model_dir, "config.json")
+    config = json.load(open(config_path))
+    config.pop("rope_scaling")  # as rope_freqs.weight, `octet quantize` refuses it
+    json.dump(config, open(config_path, "w"))
     path = os.path.join(work, "tiny-spm.gguf")
     convert_to_gguf(model_dir, path, metadata)
     fp8_dir = os.path.join(work, "tiny-spm-fp8")
@@ -672,6 +740,7 @@ def main():
     types_file = check_decoding(args.octet, args.work)
     check_refusals(args.octet, args.work, types_file)
     check_round_trip(args.octet, args.work)
+    check_rope_freqs(args.octet, args.work)
     check_sentencepiece_tokenizer(args.octet, args.work)
     tok, model = hf_model(args.smollm2)
     check_smollm2_logits(args.octet, args.smollm2, tok, model)

@@ -23,6 +23,7 @@
 #include "model/gguf_checkpoint.h"
 #include "model/gguf_quants.h"
 #include "model/gguf_tokenizer.h"
+#include "model/rope.h"
 #include "model/tensor_names.h"
 #include "nlohmann/json.hpp"
 
@@ -400,6 +401,21 @@ TEST(GgufCheckpointTest, ATinyLlamaOpensWithCanonicalNamesAndRows) {
   std::filesystem::remove(path);
 }
 
+TEST(GgufCheckpointTest, RopeFreqsDivideEachPairsFrequency) {
+  GgufBuilder b = TinyLlama();
+  b.F32("llama.rope.freq_base", 10000.0f);
+  b.Floats("rope_freqs.weight", {kHeadDim / 2}, {1.0f, 8.0f});
+  const std::string path = WriteTemp("freqs.gguf", b.Build());
+  absl::StatusOr<std::unique_ptr<GgufCheckpoint>> c =
+      GgufCheckpoint::Open(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->config().rope_freq_factors, (std::vector<float>{1, 8}));
+  // theta^(-2i / head_dim) / factor i: 1, then 10000^(-1/2) / 8.
+  EXPECT_EQ(RopeInverseFrequencies((*c)->config()),
+            (std::vector<float>{1.0f, static_cast<float>(0.01 / 8)}));
+  std::filesystem::remove(path);
+}
+
 TEST(GgufCheckpointTest, WhatOctetCannotServeIsNamed) {
   auto expect_error = [](GgufBuilder b, const std::string& fragment) {
     const std::string path = WriteTemp("bad.gguf", b.Build());
@@ -415,8 +431,11 @@ TEST(GgufCheckpointTest, WhatOctetCannotServeIsNamed) {
   extra.Floats("blk.0.ffn_gate_exps.weight", {1}, {0});
   expect_error(extra, "no use for: blk.0.ffn_gate_exps.weight");
   GgufBuilder freqs = TinyLlama();
-  freqs.Floats("rope_freqs.weight", {2}, {1, 1});
-  expect_error(freqs, "rope_freqs.weight");
+  freqs.Floats("rope_freqs.weight", {3}, {1, 1, 1});
+  expect_error(freqs, "'rope_freqs.weight' must be F32 with 2 values");
+  GgufBuilder zero = TinyLlama();
+  zero.Floats("rope_freqs.weight", {2}, {1, 0});
+  expect_error(zero, "rope_freqs.weight[1] is 0");
   GgufBuilder experts = TinyLlama();
   experts.U32("llama.expert_count", 8);
   expect_error(experts, "mixture-of-experts");
