@@ -443,10 +443,6 @@ class CudaBackend : public Backend {
   absl::Status GemmBlockSums(const void* x, int64_t rows, const LinearWeight& w,
                              int64_t k_blocks, float* sums) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    if (w.dtype != DType::kE4m3 && w.dtype != DType::kBf16) {
-      return absl::InvalidArgumentError(
-          "CUDA GemmBlockSums: weights must be e4m3 or bf16");
-    }
     return gemm_->BlockSums(x, w.data.data(), w.dtype, rows, w.out, w.in,
                             k_blocks, w.full_in, sums, stream_);
   }
@@ -459,10 +455,6 @@ class CudaBackend : public Backend {
                                    void* y, DType y_dtype,
                                    RowsInto into) override {
     OCTET_RETURN_IF_ERROR(BindDevice());
-    if (w.dtype != DType::kE4m3 && w.dtype != DType::kBf16) {
-      return absl::InvalidArgumentError(
-          "CUDA GemmScaledBlockSums: weights must be e4m3 or bf16");
-    }
     OCTET_ASSIGN_OR_RETURN(
         const float* parts,
         gemm_->BlockProducts(x, w.data.data(), w.dtype, rows, w.out, w.in,

@@ -767,8 +767,10 @@ absl::StatusOr<const float*> CublasLtGemm::BlockProducts(
     cudaStream_t stream) {
   if (plan_k == 0) plan_k = k;
   if (in_dtype != DType::kE4m3 && in_dtype != DType::kBf16) {
-    return absl::InvalidArgumentError(
-        "CublasLtGemm::BlockSums: inputs must be e4m3 or bfloat16");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CublasLtGemm::BlockSums: weights and inputs must be e4m3 or "
+        "bfloat16, not ",
+        DTypeName(in_dtype)));
   }
   if (m < 0 || n < 0 || k < 0 || blocks < 1 || blocks > kMaxBlocks ||
       k % blocks != 0 || plan_k < k || (k > 0 && plan_k % (k / blocks) != 0) ||
