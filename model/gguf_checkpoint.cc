@@ -281,7 +281,9 @@ absl::Status GgufCheckpoint::MapNames() {
     for (const GgufTensorInfo& t : file_->contents().tensors) {
       const bool used = std::any_of(entries_.begin(), entries_.end(),
                                     [&](auto& e) { return e.second.tensor == &t; });
-      if (!used && t.name != kRopeFreqs) extra.push_back(t.name);
+      if (!used && !(in_config == 1 && t.name == kRopeFreqs)) {
+        extra.push_back(t.name);
+      }
     }
     return absl::InvalidArgumentError(
         absl::StrCat(dir(), ": tensors octet's ", config().architecture,

@@ -1,9 +1,10 @@
-// A GGUF file's tokenizer as tokenizer.json or tokenizer.model (see
-// gguf_tokenizer.h). The
-// conventions follow transformers' GGUF reader (which the oracle test runs)
-// and llama.cpp's llama-vocab.cpp (which wrote the files).
+// A GGUF file's tokenizer as tokenizer.json or tokenizer.model
+// (gguf_tokenizer.h says which). The conventions follow transformers' GGUF
+// reader (which the oracle test runs) and llama.cpp's llama-vocab.cpp
+// (which wrote the files).
 #include "model/gguf_tokenizer.h"
 
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -218,9 +219,13 @@ absl::Status AddSentencePieces(const GgufFile& f,
       return absl::InvalidArgumentError(
           absl::StrCat(where, " is empty or not valid UTF-8"));
     }
-    if (!spm::ModelProto::SentencePiece::Type_IsValid(static_cast<int>(type))) {
+    if (type < 1 || type > 6) {  // SentencePiece's Type: NORMAL ... BYTE
       return absl::InvalidArgumentError(
           absl::StrCat(where, " has token_type ", type, " (1 to 6 are known)"));
+    }
+    if (!std::isfinite((*scores)[id])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " has score ", (*scores)[id]));
     }
     if (type == spm::ModelProto::SentencePiece::UNKNOWN) {
       if (*unk >= 0) {
@@ -252,24 +257,25 @@ absl::StatusOr<bool> FlagOr(const GgufFile& f, const char* key, bool absent) {
 }
 
 // The special token `id_key` names, which SentencePiece finds by its piece
-// and counts only as a CONTROL one; -1 when `wanted` is false or the file
-// has no such key.
+// and counts only if CONTROL: -1 when the file has no such key or it is
+// another type (an error when `needed`).
 absl::StatusOr<int32_t> SpecialToken(const GgufFile& f, const char* id_key,
-                                     bool wanted, const spm::ModelProto& m) {
-  if (!wanted || f.FindValue(id_key) == nullptr) return -1;
+                                     bool needed, const spm::ModelProto& m) {
+  if (f.FindValue(id_key) == nullptr) return -1;
   OCTET_ASSIGN_OR_RETURN(const uint64_t i, f.GetUint(id_key));
-  if (i >= static_cast<uint64_t>(m.pieces_size()) ||
-      m.pieces(static_cast<int>(i)).type() !=
+  if (i < static_cast<uint64_t>(m.pieces_size()) &&
+      m.pieces(static_cast<int>(i)).type() ==
           spm::ModelProto::SentencePiece::CONTROL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": ", id_key, " ", i, " is not a CONTROL token of the ",
-        m.pieces_size(), " (SentencePiece knows its special tokens so)"));
+    return static_cast<int32_t>(i);
   }
-  return static_cast<int32_t>(i);
+  if (!needed) return -1;
+  return absl::InvalidArgumentError(absl::StrCat(
+      f.path(), ": ", id_key, " ", i, " is not a CONTROL token of the ",
+      m.pieces_size(), " (SentencePiece knows its special tokens so)"));
 }
 
-// The SentencePiece BPE (`llama`) as the bytes of a tokenizer.model.
-absl::StatusOr<std::string> SentencePieceModel(
+// The SentencePiece BPE (`llama`) as a tokenizer.model.
+absl::StatusOr<GgufTokenizerFile> SentencePieceModel(
     const GgufFile& f, const std::vector<std::string>& tokens) {
   OCTET_ASSIGN_OR_RETURN(const bool add_eos,
                          FlagOr(f, "tokenizer.ggml.add_eos_token", false));
@@ -296,13 +302,14 @@ absl::StatusOr<std::string> SentencePieceModel(
   t->set_byte_fallback(bytes);
   t->set_unk_id(static_cast<int32_t>(unk));
   t->set_unk_piece(tokens[unk]);
-  // llama.cpp and transformers add BOS unless the file says not to.
+  // BOS must be one SentencePiece knows when it is added. An EOS it does
+  // not know is no loss: generation stops on the config's EOS ids.
   OCTET_ASSIGN_OR_RETURN(
       const int32_t bos,
       SpecialToken(f, "tokenizer.ggml.bos_token_id", add_bos, m));
   OCTET_ASSIGN_OR_RETURN(
       const int32_t eos,
-      SpecialToken(f, "tokenizer.ggml.eos_token_id", /*wanted=*/true, m));
+      SpecialToken(f, "tokenizer.ggml.eos_token_id", /*needed=*/false, m));
   // No such token: the UNKNOWN piece, which SentencePiece reports as none
   // (an empty piece would read as its default, "<s>" or "</s>").
   t->set_bos_id(bos);
@@ -315,7 +322,7 @@ absl::StatusOr<std::string> SentencePieceModel(
   n->set_add_dummy_prefix(space_prefix);
   n->set_remove_extra_whitespaces(remove_extra_whitespaces);
   n->set_escape_whitespaces(true);
-  return m.SerializeAsString();
+  return GgufTokenizerFile{"tokenizer.model", m.SerializeAsString(), add_bos};
 }
 
 }  // namespace
@@ -331,10 +338,7 @@ absl::StatusOr<GgufTokenizerFile> GgufTokenizerAsFile(const GgufFile& f) {
   }
   OCTET_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
                          f.GetStrings("tokenizer.ggml.tokens"));
-  if (model == "llama") {
-    OCTET_ASSIGN_OR_RETURN(std::string bytes, SentencePieceModel(f, *tokens));
-    return GgufTokenizerFile{"tokenizer.model", std::move(bytes)};
-  }
+  if (model == "llama") return SentencePieceModel(f, *tokens);
   OCTET_ASSIGN_OR_RETURN(std::string json, ByteLevelTokenizerJson(f, *tokens));
   return GgufTokenizerFile{"tokenizer.json", std::move(json)};
 }
@@ -346,7 +350,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& f) {
   OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile file, GgufTokenizerAsFile(f));
   const std::string what = absl::StrCat(f.path(), " (tokenizer.ggml)");
   if (file.name == "tokenizer.model") {
-    return Tokenizer::FromSerialized(file.bytes, what);
+    return Tokenizer::FromSerialized(file.bytes, what, file.adds_bos);
   }
   return LoadTokenizerJson(file.bytes, what);
 }

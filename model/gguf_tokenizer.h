@@ -13,9 +13,9 @@
 // for it (model/sentencepiece_model.proto) -- each token a piece with its
 // score and type (llama.cpp's token types are SentencePiece's), byte
 // fallback when the vocabulary has <0xXX> pieces, the space in front of
-// the text as `add_space_prefix` says -- read by SentencePiece itself, as a
-// checkpoint's own tokenizer.model is. Other models and pre-tokenizers
-// octet does not know are errors naming them.
+// the text as `add_space_prefix` says, BOS added as `add_bos_token` says
+// -- read by SentencePiece itself, as a checkpoint's own tokenizer.model is.
+// Other models and pre-tokenizers octet does not know are errors naming them.
 #pragma once
 
 #include <memory>
@@ -33,6 +33,9 @@ namespace octet {
 struct GgufTokenizerFile {
   std::string name;   // "tokenizer.json" (gpt2) or "tokenizer.model" (llama)
   std::string bytes;  // its contents
+  // A tokenizer.model's BOS is added (false: tokenizer_config.json's
+  // "add_bos_token": false beside it says not to).
+  bool adds_bos = true;
 };
 absl::StatusOr<GgufTokenizerFile> GgufTokenizerAsFile(const GgufFile& file);
 

@@ -12,7 +12,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
     double f =
         std::pow(c.rope_theta, -2.0 * i / static_cast<double>(c.head_dim));
     if (!c.rope_freq_factors.empty()) {
-      f /= c.rope_freq_factors[i];  // GGUF's rope_freqs.weight
+      f /= c.rope_freq_factors.at(i);  // GGUF's rope_freqs.weight
     } else if (c.rope_scaling) {
       // Llama 3: long wavelengths slowed by `factor`, short ones kept, a
       // smooth blend between.

@@ -6,10 +6,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
-#include "base/file_util.h"
 #include "model/sentencepiece_bridge.h"
+#include "nlohmann/json.hpp"
 
 namespace octet {
 namespace {
@@ -19,8 +20,8 @@ constexpr size_t kMaxTokenizerBytes = size_t{64} << 20;  // real ones: < 20 MB
 // A SentencePiece model (tokenizer.model), through the bridge module.
 class SentencePieceTokenizer : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(std::unique_ptr<sp_bridge::Processor> p)
-      : processor_(std::move(p)) {
+  SentencePieceTokenizer(std::unique_ptr<sp_bridge::Processor> p, bool adds_bos)
+      : processor_(std::move(p)), adds_bos_(adds_bos) {
     // Each piece decoded alone (once, ~1 us a piece), plus the space
     // SentencePiece strips in front of a word. A byte-fallback piece reads as
     // U+FFFD, 3 bytes for its 1: an overestimate, the safe side.
@@ -33,7 +34,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<int64_t> Encode(const std::string& text,
                               bool add_bos) const override {
     std::vector<int64_t> out;
-    if (add_bos && bos_id() >= 0) out.push_back(bos_id());
+    if (add_bos && adds_bos_ && bos_id() >= 0) out.push_back(bos_id());
     for (int id : processor_->Encode(text)) out.push_back(id);
     return out;
   }
@@ -67,7 +68,30 @@ class SentencePieceTokenizer : public Tokenizer {
 
  private:
   std::unique_ptr<sp_bridge::Processor> processor_;
+  bool adds_bos_;
 };
+
+// tokenizer_config.json's add_bos_token beside a tokenizer.model: true when
+// the file or the key is absent (SentencePiece models add BOS).
+absl::StatusOr<bool> AddsBos(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return true;
+  OCTET_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(path.string(), kMaxTokenizerBytes));
+  const nlohmann::json j =
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": not a JSON object"));
+  }
+  const auto it = j.find("add_bos_token");
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": add_bos_token is not true or false"));
+  }
+  return it->get<bool>();
+}
 
 }  // namespace
 
@@ -84,11 +108,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   }
   OCTET_ASSIGN_OR_RETURN(const std::string bytes,
                          ReadSmallFile(model.string(), kMaxTokenizerBytes));
-  return FromSerialized(bytes, model.string());
+  OCTET_ASSIGN_OR_RETURN(const bool adds_bos, AddsBos(dir));
+  return FromSerialized(bytes, model.string(), adds_bos);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
-    const std::string& serialized, const std::string& what) {
+    const std::string& serialized, const std::string& what, bool adds_bos) {
   std::string error;
   if (!sp_bridge::ModuleAvailable(&error)) {
     return absl::FailedPreconditionError(
@@ -100,7 +125,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSerialized(
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": not a SentencePiece model: ", error));
   }
-  return std::unique_ptr<Tokenizer>(new SentencePieceTokenizer(std::move(p)));
+  return std::unique_ptr<Tokenizer>(
+      new SentencePieceTokenizer(std::move(p), adds_bos));
 }
 
 std::string TextStream::Add(int64_t id) {

@@ -18,19 +18,22 @@ namespace octet {
 
 class Tokenizer {
  public:
-  // Loads DIR/tokenizer.model, else DIR/tokenizer.json; NotFound if there is
-  // neither.
+  // Loads DIR/tokenizer.model (adding BOS unless DIR/tokenizer_config.json
+  // says "add_bos_token": false), else DIR/tokenizer.json; NotFound if
+  // there is neither.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& dir);
   // From the bytes of a SentencePiece tokenizer.model; `what` names it in
-  // errors.
+  // errors. `adds_bos`: whether Encode's add_bos puts the BOS id first.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromSerialized(
-      const std::string& serialized, const std::string& what);
+      const std::string& serialized, const std::string& what,
+      bool adds_bos = true);
   virtual ~Tokenizer() = default;
 
   // Token ids of `text`. With `add_bos`, the model's special tokens too:
-  // SentencePiece's BOS id first (when it has one); tokenizer.json's
-  // post-processor template (Llama 3's <|begin_of_text|>; none for Qwen2).
+  // SentencePiece's BOS id first (when it has one and adds it);
+  // tokenizer.json's post-processor template (Llama 3's <|begin_of_text|>;
+  // none for Qwen2).
   virtual std::vector<int64_t> Encode(const std::string& text,
                                       bool add_bos) const = 0;
 

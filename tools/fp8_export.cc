@@ -82,6 +82,18 @@ absl::StatusOr<Fp8CheckpointConfig> ConfigFor(const std::string& scheme) {
 absl::Status CopyTokenizer(const std::string& in_dir,
                            const std::string& out_dir);
 
+// Whether a GGUF input's tokenizer can be written (CopyTokenizer writes it
+// after the tensors).
+absl::Status CheckTokenizer(const std::string& in_dir) {
+  if (!fs::is_regular_file(in_dir)) return absl::OkStatus();
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
+                         GgufFile::Open(in_dir));
+  if (gguf->FindValue("tokenizer.ggml.model") == nullptr) {
+    return absl::OkStatus();
+  }
+  return GgufTokenizerAsFile(*gguf).status();
+}
+
 absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                     const Fp8ExportOptions& options) {
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
@@ -167,6 +179,11 @@ absl::Status CopyTokenizer(const std::string& in_dir,
                              GgufTokenizerAsFile(*gguf));
       OCTET_RETURN_IF_ERROR(WriteTextFile(
           (fs::path(out_dir) / tokenizer.name).string(), tokenizer.bytes));
+      if (!tokenizer.adds_bos) {
+        OCTET_RETURN_IF_ERROR(WriteTextFile(
+            (fs::path(out_dir) / "tokenizer_config.json").string(),
+            "{\"add_bos_token\": false}\n"));
+      }
     }
     return absl::OkStatus();
   }
@@ -190,6 +207,8 @@ absl::Status ExportFp8Checkpoint(const std::string& in_dir,
                                  const std::string& out_dir,
                                  const Fp8ExportOptions& options) {
   try {
+    // A tokenizer that cannot be written fails before the tensors are.
+    OCTET_RETURN_IF_ERROR(CheckTokenizer(in_dir));
     return Export(in_dir, out_dir, options);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(

@@ -305,6 +305,30 @@ TEST(Tokenizer, RoundTripsTextAndHasTheModelsVocabulary) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// tokenizer_config.json's add_bos_token beside a tokenizer.model: false
+// leaves BOS out (the id stays known); another type is an error.
+TEST(Tokenizer, TokenizerConfigCanSayNotToAddBos) {
+  const std::string dir = MakeTiny("tok_bos");
+  const std::string config = (fs::path(dir) / "tokenizer_config.json").string();
+  std::ofstream(config) << R"({"add_bos_token": false, "bos_token": "<s>"})";
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->bos_id(), 1);
+  EXPECT_EQ((*t)->Encode("Hello", true), (*t)->Encode("Hello", false));
+  std::ofstream(config) << R"({"add_bos_token": true})";
+  t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->Encode("Hello", true)[0], 1);
+  std::ofstream(config) << R"({"add_bos_token": "no"})";
+  EXPECT_NE(Tokenizer::Load(dir).status().message().find(
+                "add_bos_token is not true or false"),
+            std::string::npos);
+  std::ofstream(config) << "[1, 2]";
+  EXPECT_NE(Tokenizer::Load(dir).status().message().find("not a JSON object"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // A tokenizer with more pieces than the model's vocabulary would hand the
 // model ids it cannot embed: refused at load, naming both sizes. A model
 // vocabulary padded beyond the tokenizer's is fine; no tokenizer is null.

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -554,8 +555,21 @@ TEST(GgufTokenizerTest, SentencePieceScoresBecomeSentencePiecesModel) {
       .Bool("tokenizer.ggml.add_space_prefix", false);
   t = TokenizerOf(plain);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ((*t)->bos_id(), -1);
+  EXPECT_EQ((*t)->bos_id(), 1);  // the chat template's <s> still maps to it
   EXPECT_EQ((*t)->Encode("ab", true), (std::vector<int64_t>{kFirst + 4}));
+
+  // An EOS that is not CONTROL is none (generation stops on the config's).
+  GgufBuilder eos_a;
+  eos_a.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>", "<s>", "▁", "a"})
+      .F32s("tokenizer.ggml.scores", {0, 0, 0, 0})
+      .I32s("tokenizer.ggml.token_type", {2, 3, 1, 1})
+      .U32("tokenizer.ggml.bos_token_id", 1)
+      .U32("tokenizer.ggml.eos_token_id", 3);
+  t = TokenizerOf(eos_a);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->eos_id(), -1);
+  EXPECT_EQ((*t)->Encode("a", true), (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST(GgufTokenizerTest, ASentencePieceVocabularyOctetCannotReadIsNamed) {
@@ -587,6 +601,12 @@ TEST(GgufTokenizerTest, ASentencePieceVocabularyOctetCannotReadIsNamed) {
       .F32s("tokenizer.ggml.scores", {0, 0})
       .I32s("tokenizer.ggml.token_type", {2, 9});
   expect_error(odd_type, "token 1 has token_type 9");
+  GgufBuilder inf_score;
+  inf_score.Str("tokenizer.ggml.model", "llama")
+      .Strs("tokenizer.ggml.tokens", {"<unk>", "a"})
+      .F32s("tokenizer.ggml.scores", {0, INFINITY})
+      .I32s("tokenizer.ggml.token_type", {2, 1});
+  expect_error(inf_score, "token 1 has score inf");
   GgufBuilder normal_bos;
   normal_bos.Str("tokenizer.ggml.model", "llama")
       .Strs("tokenizer.ggml.tokens", {"<unk>", "a"})
