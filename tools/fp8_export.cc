@@ -1,7 +1,9 @@
 #include "tools/fp8_export.h"
 
 #include <filesystem>
+#include <functional>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,10 +11,12 @@
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "worker/linear_loader.h"
 
 namespace octet {
@@ -78,9 +82,18 @@ absl::StatusOr<Fp8CheckpointConfig> ConfigFor(const std::string& scheme) {
       "--scheme: '", scheme, "' is not fp8-tensor or fp8-channel-token"));
 }
 
-// ExportFp8Checkpoint's work; it may throw std::bad_alloc.
-absl::Status CopyTokenizer(const std::string& in_dir,
-                           const std::string& out_dir);
+// A tensor for the checkpoint writer: its spec and what writes its bytes.
+// (Built field by field: GCC 12 at -O3 takes the braced form's shape for
+// uninitialized.)
+TensorSource Source(std::string name, DType dtype, std::vector<int64_t> shape,
+                    std::function<absl::Status(SafetensorsWriter&)> write) {
+  TensorSource t;
+  t.spec.name = std::move(name);
+  t.spec.dtype = dtype;
+  t.spec.shape = std::move(shape);
+  t.write = std::move(write);
+  return t;
+}
 
 // Whether a GGUF input's tokenizer can be written (CopyTokenizer writes it
 // after the tensors).
@@ -94,6 +107,8 @@ absl::Status CheckTokenizer(const std::string& in_dir) {
   return GgufTokenizerAsFile(*gguf).status();
 }
 
+// ExportFp8Checkpoint's work but the tokenizer: the tensors and
+// config.json; it may throw std::bad_alloc.
 absl::Status Export(const std::string& in_dir, const std::string& out_dir,
                     const Fp8ExportOptions& options) {
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
@@ -124,70 +139,85 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
     const ExpectedTensor& e = expected[i];
     OCTET_ASSIGN_OR_RETURN(const TensorView view, ckpt->Get(e.name));
     if (!e.linear) {
-      sources.push_back({{e.name, view.dtype, view.shape},
-                         [view, &ckpt](SafetensorsWriter& w) {
-                           absl::Status s = w.Write(view.bytes);
-                           ckpt->ReleasePages(view.name);
-                           return s;
-                         }});
+      sources.push_back(Source(e.name, view.dtype, view.shape,
+                               [view, &ckpt](SafetensorsWriter& w) {
+                                 absl::Status s = w.Write(view.bytes);
+                                 ckpt->ReleasePages(view.name);
+                                 return s;
+                               }));
       continue;
     }
     std::vector<float>* scale = &scales[i];
     const bool per_row = fp8.weight_per_channel;
-    sources.push_back(
-        {{e.name, DType::kE4m3, view.shape},
-         [view, scale, per_row, &options, &ckpt](SafetensorsWriter& w) {
-           scale->resize(1);
-           absl::Status s =
-               per_row ? QuantizeRowsInto(view, options.cpu, w, *scale)
-                       : QuantizeInto(view, options.cpu, w, scale->data());
-           ckpt->ReleasePages(view.name);
-           return s;
-         }});
+    sources.push_back(Source(
+        e.name, DType::kE4m3, view.shape,
+        [view, scale, per_row, &options, &ckpt](SafetensorsWriter& w) {
+          scale->resize(1);
+          absl::Status s =
+              per_row ? QuantizeRowsInto(view, options.cpu, w, *scale)
+                      : QuantizeInto(view, options.cpu, w, scale->data());
+          ckpt->ReleasePages(view.name);
+          return s;
+        }));
     // vLLM's layout: a scalar; compressed-tensors': [1] or [rows, 1].
     const std::vector<int64_t> shape =
         fp8.layout == Fp8CheckpointConfig::Layout::kVllmFp8
             ? std::vector<int64_t>{}
         : per_row ? std::vector<int64_t>{view.shape[0], 1}
                   : std::vector<int64_t>{1};
-    sources.push_back({{WeightScaleName(e.name), DType::kF32, shape},
-                       [scale](SafetensorsWriter& w) {
-                         return w.Write(
-                             {reinterpret_cast<const uint8_t*>(scale->data()),
-                              scale->size() * sizeof(float)});
-                       }});
+    sources.push_back(Source(
+        WeightScaleName(e.name), DType::kF32, shape,
+        [scale](SafetensorsWriter& w) {
+          return w.Write({reinterpret_cast<const uint8_t*>(scale->data()),
+                          scale->size() * sizeof(float)});
+        }));
   }
   OCTET_RETURN_IF_ERROR(
       WriteCheckpointTensors(out_dir, sources, options.shard_bytes));
 
   ModelConfig config = in_config;
   config.fp8 = fp8;
-  OCTET_RETURN_IF_ERROR(WriteTextFile(
-      (fs::path(out_dir) / "config.json").string(), ModelConfigToJson(config)));
-  return CopyTokenizer(in_dir, out_dir);
+  return WriteTextFile((fs::path(out_dir) / "config.json").string(),
+                       ModelConfigToJson(config));
 }
 
-// The input's tokenizer files beside the output's config.json; a GGUF
-// input's tokenizer.ggml written as tokenizer.json or tokenizer.model.
+// A GGUF input's tokenizer.ggml as the files a Hugging Face directory holds:
+// tokenizer.json or tokenizer.model, and tokenizer_config.json with
+// add_bos_token (a tokenizer.model's) and the chat template with its BOS
+// and EOS text, when the file has them.
+absl::Status WriteGgufTokenizer(const std::string& path,
+                                const std::string& out_dir) {
+  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
+                         GgufFile::Open(path));
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (gguf->FindValue("tokenizer.ggml.model") != nullptr) {
+    OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile tokenizer,
+                           GgufTokenizerAsFile(*gguf));
+    OCTET_RETURN_IF_ERROR(WriteTextFile(
+        (fs::path(out_dir) / tokenizer.name).string(), tokenizer.bytes));
+    if (tokenizer.name == "tokenizer.model") {
+      config["add_bos_token"] = tokenizer.adds_bos;
+    }
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::optional<ChatTemplateSource> chat,
+                         ReadGgufChatTemplate(*gguf, path));
+  if (chat.has_value()) {
+    config["chat_template"] = chat->text;
+    if (!chat->bos_token.empty()) config["bos_token"] = chat->bos_token;
+    if (!chat->eos_token.empty()) config["eos_token"] = chat->eos_token;
+  }
+  if (config.empty()) return absl::OkStatus();
+  return WriteTextFile((fs::path(out_dir) / "tokenizer_config.json").string(),
+                       config.dump(2) + "\n");
+}
+
+// The input's tokenizer files and chat template beside the output's
+// config.json; a GGUF input's written as a directory's.
 absl::Status CopyTokenizer(const std::string& in_dir,
                            const std::string& out_dir) {
-  if (fs::is_regular_file(in_dir)) {  // a GGUF file: its tokenizer.ggml
-    OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
-                           GgufFile::Open(in_dir));
-    if (gguf->FindValue("tokenizer.ggml.model") != nullptr) {
-      OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile tokenizer,
-                             GgufTokenizerAsFile(*gguf));
-      OCTET_RETURN_IF_ERROR(WriteTextFile(
-          (fs::path(out_dir) / tokenizer.name).string(), tokenizer.bytes));
-      if (!tokenizer.adds_bos) {
-        OCTET_RETURN_IF_ERROR(WriteTextFile(
-            (fs::path(out_dir) / "tokenizer_config.json").string(),
-            "{\"add_bos_token\": false}\n"));
-      }
-    }
-    return absl::OkStatus();
-  }
-  for (const char* file : {"tokenizer.model", "tokenizer.json"}) {
+  if (fs::is_regular_file(in_dir)) return WriteGgufTokenizer(in_dir, out_dir);
+  for (const char* file : {"tokenizer.model", "tokenizer.json",
+                           "tokenizer_config.json", "chat_template.jinja"}) {
     const fs::path tokenizer = fs::path(in_dir) / file;
     if (!fs::exists(tokenizer)) continue;
     std::error_code ec;
@@ -209,7 +239,8 @@ absl::Status ExportFp8Checkpoint(const std::string& in_dir,
   try {
     // A tokenizer that cannot be written fails before the tensors are.
     OCTET_RETURN_IF_ERROR(CheckTokenizer(in_dir));
-    return Export(in_dir, out_dir, options);
+    OCTET_RETURN_IF_ERROR(Export(in_dir, out_dir, options));
+    return CopyTokenizer(in_dir, out_dir);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory exporting ", in_dir));

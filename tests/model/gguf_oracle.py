@@ -354,9 +354,24 @@ def check_sentencepiece_tokenizer(octet, work):
     config.pop("rope_scaling")  # as rope_freqs.weight, `octet quantize` refuses it
     json.dump(config, open(config_path, "w"))
     path = os.path.join(work, "tiny-spm.gguf")
-    convert_to_gguf(model_dir, path, metadata)
+    template = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token }}[INST] "
+                "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}"
+                "{% endif %}{% endfor %}")
+    convert_to_gguf(model_dir, path, metadata + [lambda w: w.add_chat_template(template)])
     fp8_dir = os.path.join(work, "tiny-spm-fp8")
     run([octet, "quantize", "--in", path, "--out", fp8_dir], "quantize tiny-spm.gguf")
+    # The export carries the chat template with its BOS and EOS text.
+    messages = os.path.join(work, "spm-messages.json")
+    json.dump([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+              open(messages, "w"))
+    prompts = [run([octet, "chat-template", "--model", m, "--messages", messages,
+                    "--add_generation_prompt=false"], f"chat-template of {m}")
+               for m in (path, fp8_dir)]
+    if prompts[0] != prompts[1] or "<s>[INST] Hi [/INST]Yo</s>" not in prompts[0]:
+        fail(f"the FP8 export's chat template renders {prompts[1]!r}, the GGUF's "
+             f"{prompts[0]!r}")
+    print(f"gguf_oracle: the FP8 export renders the GGUF's chat template as it does: "
+          f"{prompts[0].strip()!r}")
     texts = tok_oracle.test_corpus()
     corpus = os.path.join(work, "spm-corpus.jsonl")
     tok_oracle.write_jsonl(corpus, texts)

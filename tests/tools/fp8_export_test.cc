@@ -83,6 +83,27 @@ TEST_F(Fp8ExportTest, GenerateReadsTheMethodFromTheCheckpoint) {
       << none_text;
 }
 
+// The chat template and tokenizer_config.json come along, as they were.
+TEST_F(Fp8ExportTest, TheChatTemplateComesAlong) {
+  const std::string config = R"({"add_bos_token": true, "bos_token": "<s>"})";
+  const std::string jinja = "{{ bos_token }}{{ messages[0].content }}";
+  ASSERT_TRUE(
+      WriteTextFile((base_ / "bf16" / "tokenizer_config.json").string(), config)
+          .ok());
+  ASSERT_TRUE(
+      WriteTextFile((base_ / "bf16" / "chat_template.jinja").string(), jinja)
+          .ok());
+  ASSERT_TRUE(ExportFp8Checkpoint((base_ / "bf16").string(),
+                                  (base_ / "fp8-chat").string())
+                  .ok());
+  auto read = [&](const char* name) {
+    std::ifstream in(base_ / "fp8-chat" / name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read("tokenizer_config.json"), config);
+  EXPECT_EQ(read("chat_template.jinja"), jinja);
+}
+
 TEST_F(Fp8ExportTest, WritesTheVllmLayoutAtAboutHalfTheSize) {
   auto src = Checkpoint::Open((base_ / "bf16").string());
   auto fp8 = Checkpoint::Open((base_ / "fp8").string());
