@@ -5,7 +5,9 @@
 #include "model/gguf_tokenizer.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "model/bpe_tokenizer.h"
+#include "model/chat_template.h"
 #include "model/sentencepiece_model.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -223,7 +226,8 @@ absl::Status AddSentencePieces(const GgufFile& f,
       return absl::InvalidArgumentError(
           absl::StrCat(where, " has token_type ", type, " (1 to 6 are known)"));
     }
-    if (!std::isfinite((*scores)[id])) {
+    const float score = static_cast<float>((*scores)[id]);
+    if (!std::isfinite(score)) {  // (a binary64 score may overflow binary32)
       return absl::InvalidArgumentError(
           absl::StrCat(where, " has score ", (*scores)[id]));
     }
@@ -237,7 +241,7 @@ absl::Status AddSentencePieces(const GgufFile& f,
     *bytes |= type == spm::ModelProto::SentencePiece::BYTE;
     spm::ModelProto::SentencePiece* p = m->add_pieces();
     p->set_piece(t);
-    p->set_score(static_cast<float>((*scores)[id]));
+    p->set_score(score);
     p->set_type(static_cast<spm::ModelProto::SentencePiece::Type>(type));
   }
   if (*unk < 0) {
@@ -353,6 +357,37 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& f) {
     return Tokenizer::FromSerialized(file.bytes, what, file.adds_bos);
   }
   return LoadTokenizerJson(file.bytes, what);
+}
+
+absl::StatusOr<std::vector<GgufTokenizerFile>> GgufTokenizerFiles(
+    const GgufFile& f) {
+  std::vector<GgufTokenizerFile> files;
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (f.FindValue("tokenizer.ggml.model") != nullptr) {
+    OCTET_ASSIGN_OR_RETURN(GgufTokenizerFile tokenizer, GgufTokenizerAsFile(f));
+    if (tokenizer.name == "tokenizer.model") {
+      config["add_bos_token"] = tokenizer.adds_bos;
+    }
+    files.push_back(std::move(tokenizer));
+  }
+  OCTET_ASSIGN_OR_RETURN(const std::optional<ChatTemplateSource> chat,
+                         ReadGgufChatTemplate(f, f.path()));
+  if (chat.has_value()) {
+    for (const auto& [key, text] : {std::pair<const char*, const std::string*>{
+                                        "chat_template", &chat->text},
+                                    {"bos_token", &chat->bos_token},
+                                    {"eos_token", &chat->eos_token}}) {
+      if (Utf8Lossy(*text) != *text) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            f.path(), ": the chat template's ", key, " is not valid UTF-8"));
+      }
+      if (!text->empty()) config[key] = *text;
+    }
+  }
+  if (!config.empty()) {
+    files.push_back({"tokenizer_config.json", config.dump(2) + "\n"});
+  }
+  return files;
 }
 
 std::string GgufChatTemplate(const GgufFile& f) {

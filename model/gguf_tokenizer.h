@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/gguf.h"
@@ -38,6 +39,14 @@ struct GgufTokenizerFile {
   bool adds_bos = true;
 };
 absl::StatusOr<GgufTokenizerFile> GgufTokenizerAsFile(const GgufFile& file);
+
+// `file`'s tokenizer and chat template as the files a Hugging Face
+// directory holds them in (what `octet quantize` writes): GgufTokenizerAsFile's
+// when it has a tokenizer, and tokenizer_config.json when there is
+// something to say -- add_bos_token (a tokenizer.model's), chat_template
+// with its bos_token and eos_token text. Empty when it has neither.
+absl::StatusOr<std::vector<GgufTokenizerFile>> GgufTokenizerFiles(
+    const GgufFile& file);
 
 // The tokenizer of `file`: null when its metadata has none
 // (tokenizer.ggml.model absent), an error when it cannot be built.

@@ -1,3 +1,6 @@
+// The tokenizers behind Tokenizer (tokenizer.h): SentencePiece through its
+// module (sentencepiece_bridge.h), tokenizer.json through bpe_tokenizer.h;
+// and TextStream's windowed decoding.
 #include "model/tokenizer.h"
 
 #include <algorithm>
@@ -75,7 +78,8 @@ class SentencePieceTokenizer : public Tokenizer {
 // the file or the key is absent (SentencePiece models add BOS).
 absl::StatusOr<bool> AddsBos(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "tokenizer_config.json";
-  if (!std::filesystem::exists(path)) return true;
+  OCTET_ASSIGN_OR_RETURN(const bool exists, PathExists(path.string()));
+  if (!exists) return true;
   OCTET_ASSIGN_OR_RETURN(const std::string text,
                          ReadSmallFile(path.string(), kMaxTokenizerBytes));
   const nlohmann::json j =

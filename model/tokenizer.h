@@ -19,7 +19,9 @@ namespace octet {
 class Tokenizer {
  public:
   // Loads DIR/tokenizer.model (adding BOS unless DIR/tokenizer_config.json
-  // says "add_bos_token": false), else DIR/tokenizer.json; NotFound if
+  // says "add_bos_token": false; a tokenizer_config.json that is not a JSON
+  // object, or whose add_bos_token is not a bool, is an error), else
+  // DIR/tokenizer.json (whose post-processor decides BOS); NotFound if
   // there is neither.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& dir);

@@ -1,28 +1,33 @@
+// `octet quantize` (fp8_export.h says what it writes): each projection
+// weight quantized as it streams into the checkpoint writer, the rest
+// copied; then the tokenizer files and config.json.
 #include "tools/fp8_export.h"
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <new>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "kernels/aligned.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/fp8.h"
-#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_writer.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "worker/linear_loader.h"
 
 namespace octet {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr size_t kMaxTokenizerFileBytes = size_t{64} << 20;  // real: < 20 MB
 
 absl::Status QuantizeInto(const TensorView& t, const CpuKernelOptions& o,
                           SafetensorsWriter& w, float* scale_out) {
@@ -95,22 +100,12 @@ TensorSource Source(std::string name, DType dtype, std::vector<int64_t> shape,
   return t;
 }
 
-// Whether a GGUF input's tokenizer can be written (CopyTokenizer writes it
-// after the tensors).
-absl::Status CheckTokenizer(const std::string& in_dir) {
-  if (!fs::is_regular_file(in_dir)) return absl::OkStatus();
-  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
-                         GgufFile::Open(in_dir));
-  if (gguf->FindValue("tokenizer.ggml.model") == nullptr) {
-    return absl::OkStatus();
-  }
-  return GgufTokenizerAsFile(*gguf).status();
-}
-
-// ExportFp8Checkpoint's work but the tokenizer: the tensors and
-// config.json; it may throw std::bad_alloc.
-absl::Status Export(const std::string& in_dir, const std::string& out_dir,
-                    const Fp8ExportOptions& options) {
+// ExportFp8Checkpoint's tensors, into a folder cleared of an earlier
+// export's config and tokenizer files; returns the config.json to write.
+// It may throw std::bad_alloc.
+absl::StatusOr<ModelConfig> Export(const std::string& in_dir,
+                                   const std::string& out_dir,
+                                   const Fp8ExportOptions& options) {
   OCTET_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                          Checkpoint::Open(in_dir));
   const ModelConfig& in_config = ckpt->config();
@@ -127,6 +122,15 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
   }
   if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir)) {
     return absl::InvalidArgumentError("--out must differ from --in");
+  }
+  for (const char* stale : {"config.json", "tokenizer.model", "tokenizer.json",
+                            "tokenizer_config.json", "chat_template.jinja"}) {
+    std::error_code ec;
+    fs::remove(fs::path(out_dir) / stale, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat(
+          out_dir, ": cannot remove an earlier ", stale, ": ", ec.message()));
+    }
   }
   OCTET_ASSIGN_OR_RETURN(const Fp8CheckpointConfig fp8,
                          ConfigFor(options.scheme));
@@ -177,58 +181,30 @@ absl::Status Export(const std::string& in_dir, const std::string& out_dir,
 
   ModelConfig config = in_config;
   config.fp8 = fp8;
-  return WriteTextFile((fs::path(out_dir) / "config.json").string(),
-                       ModelConfigToJson(config));
+  return config;
 }
 
-// A GGUF input's tokenizer.ggml as the files a Hugging Face directory holds:
-// tokenizer.json or tokenizer.model, and tokenizer_config.json with
-// add_bos_token (a tokenizer.model's) and the chat template with its BOS
-// and EOS text, when the file has them.
-absl::Status WriteGgufTokenizer(const std::string& path,
-                                const std::string& out_dir) {
-  OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
-                         GgufFile::Open(path));
-  nlohmann::ordered_json config = nlohmann::ordered_json::object();
-  if (gguf->FindValue("tokenizer.ggml.model") != nullptr) {
-    OCTET_ASSIGN_OR_RETURN(const GgufTokenizerFile tokenizer,
-                           GgufTokenizerAsFile(*gguf));
-    OCTET_RETURN_IF_ERROR(WriteTextFile(
-        (fs::path(out_dir) / tokenizer.name).string(), tokenizer.bytes));
-    if (tokenizer.name == "tokenizer.model") {
-      config["add_bos_token"] = tokenizer.adds_bos;
-    }
+// The tokenizer files and chat template the output takes, read before
+// any tensor is written: a directory's own, a GGUF file's written as a
+// directory holds them (GgufTokenizerFiles).
+absl::StatusOr<std::vector<GgufTokenizerFile>> TokenizerFilesOf(
+    const std::string& in_dir) {
+  if (fs::is_regular_file(in_dir)) {
+    OCTET_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> gguf,
+                           GgufFile::Open(in_dir));
+    return GgufTokenizerFiles(*gguf);
   }
-  OCTET_ASSIGN_OR_RETURN(const std::optional<ChatTemplateSource> chat,
-                         ReadGgufChatTemplate(*gguf, path));
-  if (chat.has_value()) {
-    config["chat_template"] = chat->text;
-    if (!chat->bos_token.empty()) config["bos_token"] = chat->bos_token;
-    if (!chat->eos_token.empty()) config["eos_token"] = chat->eos_token;
-  }
-  if (config.empty()) return absl::OkStatus();
-  return WriteTextFile((fs::path(out_dir) / "tokenizer_config.json").string(),
-                       config.dump(2) + "\n");
-}
-
-// The input's tokenizer files and chat template beside the output's
-// config.json; a GGUF input's written as a directory's.
-absl::Status CopyTokenizer(const std::string& in_dir,
-                           const std::string& out_dir) {
-  if (fs::is_regular_file(in_dir)) return WriteGgufTokenizer(in_dir, out_dir);
-  for (const char* file : {"tokenizer.model", "tokenizer.json",
+  std::vector<GgufTokenizerFile> files;
+  for (const char* name : {"tokenizer.model", "tokenizer.json",
                            "tokenizer_config.json", "chat_template.jinja"}) {
-    const fs::path tokenizer = fs::path(in_dir) / file;
-    if (!fs::exists(tokenizer)) continue;
-    std::error_code ec;
-    fs::copy_file(tokenizer, fs::path(out_dir) / file,
-                  fs::copy_options::overwrite_existing, ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("copying ", file, ": ", ec.message()));
-    }
+    const std::string path = (fs::path(in_dir) / name).string();
+    OCTET_ASSIGN_OR_RETURN(const bool exists, PathExists(path));
+    if (!exists) continue;
+    OCTET_ASSIGN_OR_RETURN(std::string bytes,
+                           ReadSmallFile(path, kMaxTokenizerFileBytes));
+    files.push_back({name, std::move(bytes)});
   }
-  return absl::OkStatus();
+  return files;
 }
 
 }  // namespace
@@ -237,10 +213,18 @@ absl::Status ExportFp8Checkpoint(const std::string& in_dir,
                                  const std::string& out_dir,
                                  const Fp8ExportOptions& options) {
   try {
-    // A tokenizer that cannot be written fails before the tensors are.
-    OCTET_RETURN_IF_ERROR(CheckTokenizer(in_dir));
-    OCTET_RETURN_IF_ERROR(Export(in_dir, out_dir, options));
-    return CopyTokenizer(in_dir, out_dir);
+    // The tokenizer is read before the tensors are written, and config.json
+    // written last: a failed export is never a checkpoint.
+    OCTET_ASSIGN_OR_RETURN(const std::vector<GgufTokenizerFile> tokenizer,
+                           TokenizerFilesOf(in_dir));
+    OCTET_ASSIGN_OR_RETURN(const ModelConfig config,
+                           Export(in_dir, out_dir, options));
+    for (const GgufTokenizerFile& file : tokenizer) {
+      OCTET_RETURN_IF_ERROR(
+          WriteTextFile((fs::path(out_dir) / file.name).string(), file.bytes));
+    }
+    return WriteTextFile((fs::path(out_dir) / "config.json").string(),
+                         ModelConfigToJson(config));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory exporting ", in_dir));

@@ -7,7 +7,12 @@
 // llm-compressor's compressed-tensors for a scheme ("fp8-tensor": per-tensor
 // weights, dynamic per-tensor activations; "fp8-channel-token": per-channel
 // weights, dynamic per-token activations, llm-compressor's FP8_DYNAMIC).
-// The tokenizer is copied (a GGUF input's is written as tokenizer.json).
+// The tokenizer and chat template come along (tokenizer.model or
+// tokenizer.json, tokenizer_config.json, chat_template.jinja; a GGUF
+// input's written as those files: GgufTokenizerFiles). They are read before
+// any tensor is written and config.json is written last, so a failed
+// export is never a checkpoint; a second export into the same folder
+// replaces the first one's config and tokenizer files.
 #pragma once
 
 #include <cstdint>

@@ -572,6 +572,59 @@ TEST(GgufTokenizerTest, SentencePieceScoresBecomeSentencePiecesModel) {
   EXPECT_EQ((*t)->Encode("a", true), (std::vector<int64_t>{1, 2, 3}));
 }
 
+// What `octet quantize` writes for a GGUF's tokenizer reads back as the
+// GGUF's: no BOS where it says so, the chat template with its BOS and EOS.
+TEST(GgufTokenizerTest, ItsFilesReadBackAsADirectorysTokenizer) {
+  GgufBuilder b = SentencePieceVocabulary();
+  b.Bool("tokenizer.ggml.add_bos_token", false)
+      .Str("tokenizer.chat_template", "{{ bos_token }}x{{ eos_token }}");
+  const std::string path = WriteTemp("files.gguf", b.Build());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<std::vector<GgufTokenizerFile>> files =
+      GgufTokenizerFiles(**f);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::filesystem::path dir = path + ".dir";
+  std::filesystem::create_directories(dir);
+  for (const GgufTokenizerFile& file : *files) {
+    std::ofstream(dir / file.name, std::ios::binary) << file.bytes;
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->bos_id(), 1);
+  EXPECT_EQ((*t)->Encode("ab", true), (*t)->Encode("ab", false));
+  absl::StatusOr<std::optional<ChatTemplateSource>> chat =
+      ReadHfChatTemplate(dir.string());
+  ASSERT_TRUE(chat.ok() && chat->has_value()) << chat.status();
+  EXPECT_EQ((*chat)->text, "{{ bos_token }}x{{ eos_token }}");
+  EXPECT_EQ((*chat)->bos_token, "<s>");
+  EXPECT_EQ((*chat)->eos_token, "</s>");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(path);
+
+  // A template alone is a tokenizer_config.json alone; one that is not
+  // UTF-8 is an error naming it.
+  GgufBuilder chat_only;
+  chat_only.Str("tokenizer.chat_template", "hi");
+  const std::string chat_path = WriteTemp("chat_only.gguf", chat_only.Build());
+  f = GgufFile::Open(chat_path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  files = GgufTokenizerFiles(**f);
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 1u);
+  EXPECT_EQ((*files)[0].name, "tokenizer_config.json");
+  std::filesystem::remove(chat_path);
+  GgufBuilder bad;
+  bad.Str("tokenizer.chat_template", "\xFF");
+  const std::string bad_path = WriteTemp("bad_chat.gguf", bad.Build());
+  f = GgufFile::Open(bad_path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NE(GgufTokenizerFiles(**f).status().message().find(
+                "chat_template is not valid UTF-8"),
+            std::string::npos);
+  std::filesystem::remove(bad_path);
+}
+
 TEST(GgufTokenizerTest, ASentencePieceVocabularyOctetCannotReadIsNamed) {
   auto expect_error = [](const GgufBuilder& b, const std::string& fragment) {
     const absl::Status s = TokenizerOf(b).status();

@@ -102,6 +102,15 @@ TEST_F(Fp8ExportTest, TheChatTemplateComesAlong) {
   };
   EXPECT_EQ(read("tokenizer_config.json"), config);
   EXPECT_EQ(read("chat_template.jinja"), jinja);
+  // A second export into the folder leaves none of the first one's files.
+  fs::remove(base_ / "bf16" / "chat_template.jinja");
+  fs::remove(base_ / "bf16" / "tokenizer_config.json");
+  ASSERT_TRUE(ExportFp8Checkpoint((base_ / "bf16").string(),
+                                  (base_ / "fp8-chat").string())
+                  .ok());
+  EXPECT_FALSE(fs::exists(base_ / "fp8-chat" / "chat_template.jinja"));
+  EXPECT_FALSE(fs::exists(base_ / "fp8-chat" / "tokenizer_config.json"));
+  EXPECT_TRUE(fs::exists(base_ / "fp8-chat" / "tokenizer.model"));
 }
 
 TEST_F(Fp8ExportTest, WritesTheVllmLayoutAtAboutHalfTheSize) {
