@@ -123,6 +123,8 @@ absl::StatusOr<ModelConfig> Export(const std::string& in_dir,
   if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir)) {
     return absl::InvalidArgumentError("--out must differ from --in");
   }
+  OCTET_ASSIGN_OR_RETURN(const Fp8CheckpointConfig fp8,
+                         ConfigFor(options.scheme));
   for (const char* stale : {"config.json", "tokenizer.model", "tokenizer.json",
                             "tokenizer_config.json", "chat_template.jinja"}) {
     std::error_code ec;
@@ -132,8 +134,6 @@ absl::StatusOr<ModelConfig> Export(const std::string& in_dir,
           out_dir, ": cannot remove an earlier ", stale, ": ", ec.message()));
     }
   }
-  OCTET_ASSIGN_OR_RETURN(const Fp8CheckpointConfig fp8,
-                         ConfigFor(options.scheme));
   const std::vector<ExpectedTensor> expected = ExpectedTensors(in_config);
   // Scales are known only after each weight is quantized; the writer takes
   // a projection's codes, then its scales right after.

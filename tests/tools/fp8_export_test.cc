@@ -102,7 +102,14 @@ TEST_F(Fp8ExportTest, TheChatTemplateComesAlong) {
   };
   EXPECT_EQ(read("tokenizer_config.json"), config);
   EXPECT_EQ(read("chat_template.jinja"), jinja);
-  // A second export into the folder leaves none of the first one's files.
+  // A refused scheme leaves the folder as it was; a second export into it
+  // leaves none of the first one's files.
+  Fp8ExportOptions fp9;
+  fp9.scheme = "fp9";
+  EXPECT_FALSE(ExportFp8Checkpoint((base_ / "bf16").string(),
+                                   (base_ / "fp8-chat").string(), fp9)
+                   .ok());
+  EXPECT_TRUE(fs::exists(base_ / "fp8-chat" / "config.json"));
   fs::remove(base_ / "bf16" / "chat_template.jinja");
   fs::remove(base_ / "bf16" / "tokenizer_config.json");
   ASSERT_TRUE(ExportFp8Checkpoint((base_ / "bf16").string(),
