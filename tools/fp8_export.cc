@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kMaxTokenizerFileBytes = size_t{64} << 20;  // real: < 20 MB
+// The files of a directory's tokenizer and chat template that an export
+// carries over (and clears from --out before it writes).
+constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "chat_template.jinja"};
 
 absl::Status QuantizeInto(const TensorView& t, const CpuKernelOptions& o,
                           SafetensorsWriter& w, float* scale_out) {
@@ -125,13 +132,15 @@ absl::StatusOr<ModelConfig> Export(const std::string& in_dir,
   }
   OCTET_ASSIGN_OR_RETURN(const Fp8CheckpointConfig fp8,
                          ConfigFor(options.scheme));
-  for (const char* stale : {"config.json", "tokenizer.model", "tokenizer.json",
-                            "tokenizer_config.json", "chat_template.jinja"}) {
+  std::vector<std::string> stale = {"config.json"};
+  stale.insert(stale.end(), std::begin(kTokenizerFiles),
+               std::end(kTokenizerFiles));
+  for (const std::string& name : stale) {
     std::error_code ec;
-    fs::remove(fs::path(out_dir) / stale, ec);
+    fs::remove(fs::path(out_dir) / name, ec);
     if (ec) {
       return absl::InternalError(absl::StrCat(
-          out_dir, ": cannot remove an earlier ", stale, ": ", ec.message()));
+          out_dir, ": cannot remove an earlier ", name, ": ", ec.message()));
     }
   }
   const std::vector<ExpectedTensor> expected = ExpectedTensors(in_config);
@@ -195,8 +204,7 @@ absl::StatusOr<std::vector<GgufTokenizerFile>> TokenizerFilesOf(
     return GgufTokenizerFiles(*gguf);
   }
   std::vector<GgufTokenizerFile> files;
-  for (const char* name : {"tokenizer.model", "tokenizer.json",
-                           "tokenizer_config.json", "chat_template.jinja"}) {
+  for (const char* name : kTokenizerFiles) {
     const std::string path = (fs::path(in_dir) / name).string();
     OCTET_ASSIGN_OR_RETURN(const bool exists, PathExists(path));
     if (!exists) continue;
