@@ -242,7 +242,7 @@ void HttpApi::Stop() {
   // says (a stream: an error event, then [DONE]); those still open after
   // a grace (the engine may be loading a group) are abandoned: answered
   // 503 at once. Then the connections close.
-  const absl::Duration grace = 3 * options_.heartbeat;
+  const absl::Duration grace = 3 * options_.client_check;
   WaitForExchanges(absl::Now() + grace);
   abandon_ = true;
   WaitForExchanges(absl::Now() + grace);
@@ -453,7 +453,7 @@ void HttpApi::Answer(const httplib::Request& request,
 void HttpApi::AnswerWhole(Exchange& x, httplib::Response& response,
                           Endpoint endpoint) {
   for (;;) {
-    Outbox::Batch batch = x.outbox.Take(options_.heartbeat);
+    Outbox::Batch batch = x.outbox.Take(options_.client_check);
     // A client that closed its connection, or a stopping server, ends it.
     if (stopping_ || ClientLeft(x.socket)) engine_.Cancel(x.id);
     for (const Delta& d : batch.deltas) x.answer->Add(d);
@@ -472,7 +472,7 @@ void HttpApi::AnswerWhole(Exchange& x, httplib::Response& response,
 
 bool HttpApi::NextEvents(Exchange& x, httplib::DataSink& sink,
                          Endpoint endpoint) {
-  Outbox::Batch batch = x.outbox.Take(options_.heartbeat);
+  Outbox::Batch batch = x.outbox.Take(options_.client_check);
   if (stopping_ || ClientLeft(x.socket)) engine_.Cancel(x.id);
   std::string events;
   const size_t n = batch.deltas.size();
@@ -498,7 +498,7 @@ bool HttpApi::NextEvents(Exchange& x, httplib::DataSink& sink,
     events += "data: [DONE]\n\n";
     x.ended = true;
   } else if (events.empty()) {
-    events = ": waiting\n\n";  // a comment: is the client still there?
+    return true;  // nothing yet: called again (a write of 0 bytes would end it)
   }
   if (!sink.write(events.data(), events.size())) return false;
   if (x.ended) sink.done();

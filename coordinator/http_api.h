@@ -13,11 +13,13 @@
 // rendered and tokenized on its connection's thread, then submitted; the
 // engine's callbacks hand its output to that thread through an outbox,
 // never blocking the engine. With "stream": true the answer is
-// server-sent events (`data: {chunk}` ... `data: [DONE]`; while no token
-// comes, a comment line every `heartbeat`). A client that goes away cancels
-// its request, as a cancelled gRPC call does, streaming or not: its
-// connection is looked at whenever output comes and every `heartbeat`
-// (closed by the client, or a failed write).
+// server-sent events, `data: {chunk}` ... `data: [DONE]` and nothing else:
+// no comment lines, which clients that split events on blank lines after
+// stripping each network read (vLLM's benchmark client) glue onto the next
+// event. A client that goes away cancels its request, as a cancelled gRPC
+// call does, streaming or not: its socket is polled for a hang-up whenever
+// output comes and every `client_check` (ClientLeft), so an idle stream
+// needs no write to find it gone; a failed write ends it too.
 #pragma once
 
 #include <atomic>
@@ -56,7 +58,9 @@ struct HttpApiOptions {
   const ChatTemplate* chat_template = nullptr;  // null: no chat endpoint
   std::string no_chat_reason;  // then why, for the error chat requests get
   Metrics* metrics = nullptr;  // refusals before the engine (optional)
-  absl::Duration heartbeat = absl::Seconds(1);
+  // How often a connection with no output yet is looked at for a client
+  // that left; Stop's grace is three of these.
+  absl::Duration client_check = absl::Seconds(1);
 };
 
 class HttpApi {
@@ -74,7 +78,7 @@ class HttpApi {
   void Drain() { draining_ = true; }
   // Cancels the requests still open, lets them answer what the engine
   // says (a stream: an error event, then [DONE]) for up to three
-  // heartbeats, answers those left 503 at once, and closes every
+  // client checks, answers those left 503 at once, and closes every
   // connection. The engine must still run.
   void Stop();
 

@@ -573,17 +573,21 @@ TEST_F(CoordinatorTest, HttpCompletionsHaveTheGrpcApisText) {
 }
 
 // A stream whose client goes away ends its request (CANCELLED), as a
-// cancelled gRPC call does. The workers are held (SIGSTOP) until the client
-// has read the stream's first bytes -- its one-second heartbeat comment,
-// since no token can come -- and hung up, then let go (well before their
-// 2 s health check would fail the group): the server finds the client gone
-// at its next write, long before 1000 tokens are made on any machine.
+// cancelled gRPC call does, though the server never wrote to it: the
+// workers are held (SIGSTOP), so no token comes, and the stream must carry
+// nothing meanwhile (only `data:` events, no SSE comment lines: any bytes
+// fail the test and hang up) until the client's read time-out, longer than
+// the server's one-second client check, hangs up; then the workers are let
+// go (well before their 2 s health check would fail the group). The server
+// finds the client gone by polling its socket, long before 1000 tokens are
+// made on any machine.
 TEST_F(CoordinatorTest, AnHttpStreamWhoseClientLeavesIsCancelled) {
   const std::map<std::string, double> before = Scrape();
   const std::vector<pid_t> workers = testing::ChildrenOf(pid());
   ASSERT_EQ(workers.size(), 2u);
   for (pid_t w : workers) ASSERT_EQ(kill(w, SIGSTOP), 0);
   httplib::Client http("127.0.0.1", http_port_);
+  http.set_read_timeout(1, 500'000);  // 1.5 s, then it hangs up
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/completions";
@@ -593,11 +597,13 @@ TEST_F(CoordinatorTest, AnHttpStreamWhoseClientLeavesIsCancelled) {
   request.content_receiver = [&](const char* data, size_t n, uint64_t,
                                  uint64_t) {
     received.append(data, n);
-    return false;  // the first bytes, then hang up
+    return false;  // bytes while no token can come: wrong, hang up
   };
-  http.send(request);
+  const httplib::Result gone = http.send(request);
+  http.stop();
   for (pid_t w : workers) kill(w, SIGCONT);
-  EXPECT_NE(received.find(": waiting"), std::string::npos) << received;
+  EXPECT_FALSE(gone);
+  EXPECT_EQ(received, "") << "an idle stream must carry nothing";
   EXPECT_EQ(CancelledSince(before), 1)
       << "the server did not end the request within 30 s";
   EXPECT_EQ(Increase(before, Scrape(), "octet_worker_group_failures_total"), 0);
