@@ -159,7 +159,8 @@ ToolModelFlags FlagsOf(const LogitsCommand& c) {
   return {.path = c.model_dir,
           .quantization = c.quantization,
           .device = c.device,
-          .threads = c.threads};
+          .threads = c.threads,
+          .activation_scales = c.activation_scales};
 }
 }  // namespace
 

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/llama_model.h"
 
 namespace octet {
 
@@ -36,6 +37,7 @@ struct LogitsCommand {
   std::string device = "auto";        // auto, cpu or cuda
   int32_t threads = 0;                // CPU threads; 0 = one per core
   bool activation_codes = false;
+  ActivationScales activation_scales = ActivationScales::kToken;
 };
 
 // The prompts of --prompts_json: a non-empty JSON array of non-empty arrays

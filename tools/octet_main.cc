@@ -20,9 +20,11 @@
 //   octet logits --model DIR --prompts_json '[[1,2,3],[4,5]]'
 //                [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                [--threads N] [--activation_codes]
+//                [--activation_scales token|sequence]
 //   octet perplexity --model DIR --text FILE [--window N]
 //                    [--quantization auto|none|fp8] [--device auto|cpu|cuda]
 //                    [--threads N] [--print_logprobs] [--quantize_lm_head]
+//                    [--activation_scales token|sequence]
 //   octet perplexity --server HOST:PORT --model DIR --text FILE --window N
 //   octet perplexity --tp N --model DIR --text FILE [...]   (a coordinator
 //                    of N ranks started for the run)
@@ -101,6 +103,10 @@ ABSL_FLAG(std::string, quantization, "auto",
 ABSL_FLAG(bool, quantize_lm_head, false,
           "generate, perplexity: with FP8, the lm_head in FP8 too (one "
           "scale per vocabulary row; CPU only)");
+ABSL_FLAG(std::string, activation_scales, "token",
+          "generate, logits, perplexity: with FP8, one dynamic activation "
+          "scale per token (results independent of batching and chunking) "
+          "or per sequence's rows in a forward call (sequence)");
 ABSL_FLAG(std::string, text, "",
           "tokenize: the text to encode; perplexity: the file to score");
 ABSL_FLAG(int64_t, window, 0,
@@ -252,7 +258,7 @@ int Tokenize() {
 }
 
 int Logits() {
-  const LogitsCommand command{
+  LogitsCommand command{
       .model_dir = absl::GetFlag(FLAGS_model),
       .prompts_json = absl::GetFlag(FLAGS_prompts_json),
       .quantization = absl::GetFlag(FLAGS_quantization),
@@ -262,6 +268,10 @@ int Logits() {
   if (absl::Status s = CheckLogitsCommand(command); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
+  const absl::StatusOr<ActivationScales> scales =
+      ParseActivationScales(absl::GetFlag(FLAGS_activation_scales));
+  if (!scales.ok()) return UsageError(std::string(scales.status().message()));
+  command.activation_scales = *scales;
   absl::Status s = RunLogits(command);
   return s.ok() ? 0 : Failed(s);
 }
@@ -545,6 +555,10 @@ int Perplexity() {
   if (absl::Status s = CheckPerplexityCommand(command); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
+  const absl::StatusOr<ActivationScales> scales =
+      ParseActivationScales(absl::GetFlag(FLAGS_activation_scales));
+  if (!scales.ok()) return UsageError(std::string(scales.status().message()));
+  command.model.activation_scales = *scales;
   const int32_t tp = absl::GetFlag(FLAGS_tp);
   if (tp < 1 || tp > 64 || (tp > 1 && !command.server.empty())) {
     return UsageError("--tp: 1 to 64, and not with --server");
@@ -567,7 +581,9 @@ int Perplexity() {
              "--device=" + command.model.device,
              absl::StrCat("--threads=", command.model.threads),
              command.model.quantize_lm_head ? "--quantize_lm_head=true"
-                                            : "--quantize_lm_head=false"},
+                                            : "--quantize_lm_head=false",
+             absl::StrCat("--activation_scales=",
+                          ActivationScalesName(*scales))},
             absl::Minutes(10));
     if (!started.ok()) return Failed(started.status());
     local = *std::move(started);
@@ -637,6 +653,9 @@ absl::StatusOr<GenerateFlags> ReadGenerateFlags() {
         "--quantization: '", f.quantization, "' is not auto, none or fp8"));
   }
   f.options.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  OCTET_ASSIGN_OR_RETURN(
+      f.options.activation_scales,
+      ParseActivationScales(absl::GetFlag(FLAGS_activation_scales)));
   f.device = absl::GetFlag(FLAGS_device);
   if (absl::Status s = ParseDeviceChoice(f.device).status(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--device: ", s.message()));

@@ -12,6 +12,18 @@
 
 namespace octet {
 
+absl::StatusOr<ActivationScales> ParseActivationScales(
+    const std::string& value) {
+  if (value == "token") return ActivationScales::kToken;
+  if (value == "sequence") return ActivationScales::kSequence;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--activation_scales: '", value, "' is not token or sequence"));
+}
+
+const char* ActivationScalesName(ActivationScales scales) {
+  return scales == ActivationScales::kToken ? "token" : "sequence";
+}
+
 absl::Status CheckToolModelFlags(const ToolModelFlags& f) {
   if (f.path.empty()) {
     return absl::InvalidArgumentError(
@@ -59,6 +71,7 @@ absl::StatusOr<ToolModel> LoadToolModel(
       m.method == "fp8" ? LinearMethod::kFp8 : LinearMethod::kNone;
   options.cpu = {.isa = CpuIsa::kAuto, .num_threads = f.threads};
   options.quantize_lm_head = f.quantize_lm_head;
+  options.activation_scales = f.activation_scales;
   // A GPU's GEMM ways as a server on this model takes them (the same file),
   // so that a tool's numbers are the server's.
   options.gemm_choices.file = DefaultGemmChoicePath(f.path);

@@ -26,7 +26,15 @@ struct ToolModelFlags {
   bool tokenizer = false;             // load the checkpoint's tokenizer too
   // The lm_head in FP8 too (ModelOptions::quantize_lm_head): FP8 only.
   bool quantize_lm_head = false;
+  // --activation_scales (ModelOptions::activation_scales).
+  ActivationScales activation_scales = ActivationScales::kToken;
 };
+
+// --activation_scales' value: "token" or "sequence"; InvalidArgument naming
+// the flag otherwise. ActivationScalesName is the way back.
+absl::StatusOr<ActivationScales> ParseActivationScales(
+    const std::string& value);
+const char* ActivationScalesName(ActivationScales scales);
 
 // InvalidArgument naming the flag when one is not a value the commands take.
 absl::Status CheckToolModelFlags(const ToolModelFlags& flags);

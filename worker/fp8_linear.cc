@@ -115,9 +115,10 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     *scale = w.input_scale.as<float>();
     OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x.x, count, *scale, codes));
   } else {
-    // One dynamic scale per sequence (docs/design.md), so batching does not
-    // change a sequence's codes; or per token, as `seqs` groups the rows
-    // for per-token checkpoints. A single rank's input is whole: its absmax
+    // One dynamic scale per token (the default) or per sequence's rows, as
+    // `seqs` groups them (ActivationScales; docs/numerics of design.md):
+    // either way batching does not change a sequence's codes, and per token
+    // neither does chunking. A single rank's input is whole: its absmax
     // is the global one. Tensor parallelism all-reduces it here for
     // row-parallel layers.
     *groups = seqs;

@@ -300,8 +300,9 @@ absl::Status LlamaModel::Compute(const AttentionMetadata& meta,
                                  int64_t num_seqs, int64_t logit_rows,
                                  KvCache& cache, ForwardTrace* trace) {
   const int64_t tokens = meta.num_tokens;
-  // The groups of the activations' dynamic FP8 scales: each sequence, or
-  // each token when the checkpoint's scheme says so (per_token_scales_).
+  // The groups of the activations' dynamic FP8 scales: each token
+  // (ActivationScales::kToken, or a per-token checkpoint), else each
+  // sequence's rows.
   const RowGroups seqs =
       per_token_scales_
           ? RowGroups{tokens,

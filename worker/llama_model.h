@@ -46,8 +46,25 @@
 
 namespace octet {
 
+// The rows one dynamic FP8 activation scale covers
+// (docs/decisions/2026-12-07-fp8-activation-scales-per-token.md).
+enum class ActivationScales {
+  // Each token its own scale: a token's codes depend on its own values
+  // alone, so neither its batch, nor where a prompt is cut into chunks, nor
+  // a recomputation after preemption can change them.
+  kToken,
+  // One scale per sequence's rows in one forward call (octet's rule before
+  // chunked prefill; nearest to a checkpoint's dynamic per-tensor scheme):
+  // a prompt must then run in one call for its codes not to depend on the
+  // load.
+  kSequence,
+};
+
 struct ModelOptions {
   LinearMethod method = LinearMethod::kNone;
+  // FP8 dynamic activation scales; a checkpoint's per-token scheme is per
+  // token either way, a static one has its input_scale.
+  ActivationScales activation_scales = ActivationScales::kToken;
   CpuKernelOptions cpu;  // load-time quantization on the host
   // Tensor parallelism: this rank's group, which must outlive the model
   // (null: one rank). The model holds the rank's slice (worker/shard_plan.h)
@@ -287,8 +304,10 @@ class LlamaModel {
         options_(options),
         plan_(plan),
         sync_absmax_(options.sync_activation_absmax),
-        per_token_scales_(options.method == LinearMethod::kFp8 && config.fp8 &&
-                          config.fp8->activation_per_token) {}
+        per_token_scales_(
+            options.method == LinearMethod::kFp8 &&
+            (options.activation_scales == ActivationScales::kToken ||
+             (config.fp8 && config.fp8->activation_per_token))) {}
 
   // Load's steps, in order.
 

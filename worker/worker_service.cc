@@ -246,6 +246,9 @@ absl::Status WorkerService::LoadRank(const rpc::LoadRequest& r,
   o.comm = result->comm.get();
   o.global_weight_scale = r.global_weight_scale();
   o.quantize_lm_head = r.quantize_lm_head();
+  o.activation_scales = r.sequence_activation_scales()
+                            ? ActivationScales::kSequence
+                            : ActivationScales::kToken;
   o.gemm_choices = {
       .file = r.gemm_choices_file().empty()
                   ? DefaultGemmChoicePath(r.model_dir())

@@ -20,7 +20,8 @@ GQA, llama3 RoPE scaling, tied embeddings). Prompts are fixed token ids.
    transformers model with the package's own fake quantization (its forward
    wrappers, frozen scales, dynamic activation scales), in float32, one
    prompt at a time (so its per-tensor activation scale is octet's
-   per-sequence one). Compared: the scheme octet reports, every activation
+   per-sequence one: octet runs fp8-tensor with --activation_scales
+   sequence, its default being a scale per token). Compared: the scheme octet reports, every activation
    code of every projection input (read from octet with --activation_codes,
    from the package with its own quantize function in a hook), and the
    last-token logits.
@@ -150,11 +151,18 @@ def prompts(vocab=512, lengths=(1, 5, 17, 40)):
     return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
 
 
-def octet_logits(octet, model_dir, ps, quantization=None, codes=False):
+def octet_logits(octet, model_dir, ps, quantization=None, codes=False,
+                 scheme=None):
+    """`octet logits`; for a scheme with dynamic per-tensor activations
+    (fp8-tensor) with --activation_scales sequence, octet's nearest rule to
+    the package's per-tensor scale over one prompt (its default is a scale
+    per token)."""
     cmd = [octet, "logits", "--model", model_dir, "--prompts_json",
            json.dumps(ps), "--threads", "1"]
     if quantization:
         cmd += ["--quantization", quantization]
+    if scheme == "fp8-tensor":
+        cmd += ["--activation_scales", "sequence"]
     if codes:
         cmd.append("--activation_codes")
     out = json.loads(run(cmd))
@@ -480,7 +488,7 @@ def package_writes(args, scheme, float_ref, ps, failures, preset="tiny",
     ref, codes, scales = reference_logits_and_codes(model, ps)
     if args.sabotage:
         sabotage(out_dir)
-    got = octet_logits(args.octet, out_dir, ps, codes=True)
+    got = octet_logits(args.octet, out_dir, ps, codes=True, scheme=scheme)
     failures.check(got["quantization_scheme"] == scheme,
                    f"octet reads the package's checkpoint as "
                    f"{got['quantization_scheme']}, not {scheme}")
@@ -542,7 +550,7 @@ def octet_writes(args, scheme, ps, package_dir, failures):
     check_decompressed_weights(model, out_dir, failures)
     apply_fused_scale_rule(model)
     ref, codes, scales = reference_logits_and_codes(model, ps)
-    got = octet_logits(args.octet, out_dir, ps, codes=True)
+    got = octet_logits(args.octet, out_dir, ps, codes=True, scheme=scheme)
     failures.check(got["quantization_scheme"] == scheme,
                    f"octet serves its own checkpoint as "
                    f"{got['quantization_scheme']}, not {scheme}")

@@ -41,9 +41,12 @@ class GeneratorTest : public ::testing::Test {
     backend_ = NewCpuBackend();
   }
 
-  std::unique_ptr<LlamaModel> Model(LinearMethod method) {
+  std::unique_ptr<LlamaModel> Model(
+      LinearMethod method,
+      ActivationScales scales = ActivationScales::kToken) {
     ModelOptions o;
     o.method = method;
+    o.activation_scales = scales;
     auto m = LlamaModel::Load(*ckpt_, *backend_, o);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
@@ -79,6 +82,64 @@ class GeneratorTest : public ::testing::Test {
     return r;
   }
 
+  // A batched prefill of Requests() against each request's alone: equal
+  // logits, activation codes and scales (one per token or per sequence).
+  void ExpectBatchedPrefillAsAlone(LlamaModel& model, bool fp8,
+                                   bool per_token) {
+    auto cache = FragmentedCache(model);
+    const std::vector<GenerationRequest> requests = Requests(0.0f);
+    std::vector<std::vector<int32_t>> tables(requests.size());
+    std::vector<SequenceStep> steps;
+    int64_t total_rows = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(cache->Reserve(requests[i].prompt.size(), &tables[i]).ok());
+      steps.push_back({requests[i].prompt, 0, &tables[i]});
+      total_rows += static_cast<int64_t>(requests[i].prompt.size());
+    }
+    ForwardTrace together;
+    together.record_codes = true;
+    std::vector<float> batched, alone;
+    ASSERT_TRUE(model.Forward(steps, *cache, &batched, &together).ok());
+    const int64_t vocab = model.config().vocab_size;
+    EXPECT_EQ(together.scales.size(), fp8 ? 4 * model.config().num_layers : 0);
+    const size_t groups = per_token ? total_rows : steps.size();
+    int64_t first_row = 0;
+    std::set<float> distinct_scales;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      ForwardTrace single;
+      single.record_codes = true;
+      ASSERT_TRUE(model.Forward({&steps[i], 1}, *cache, &alone, &single).ok());
+      EXPECT_TRUE(
+          std::equal(alone.begin(), alone.end(), batched.begin() + i * vocab))
+          << "request " << i;
+      const int64_t rows = static_cast<int64_t>(steps[i].tokens.size());
+      // The request's scales: its rows', or its one.
+      const int64_t first = per_token ? first_row : static_cast<int64_t>(i);
+      const int64_t count = per_token ? rows : 1;
+      ASSERT_EQ(single.scales.size(), together.scales.size());
+      for (size_t call = 0; call < single.scales.size(); ++call) {
+        ASSERT_EQ(together.scales[call].size(), groups);
+        const std::vector<float> own(
+            together.scales[call].begin() + first,
+            together.scales[call].begin() + first + count);
+        EXPECT_EQ(single.scales[call], own)
+            << "request " << i << " projection call " << call;
+        distinct_scales.insert(own.begin(), own.end());
+        const int64_t cols =
+            static_cast<int64_t>(single.codes[call].size()) / rows;
+        EXPECT_TRUE(std::equal(single.codes[call].begin(),
+                               single.codes[call].end(),
+                               together.codes[call].begin() + first_row * cols))
+            << "request " << i << " projection call " << call;
+      }
+      first_row += rows;
+    }
+    if (fp8) {  // the groups really do have different scales
+      EXPECT_GT(distinct_scales.size(), together.scales.size());
+    }
+    for (auto& t : tables) EXPECT_TRUE(cache->Release(&t).ok());
+  }
+
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<Backend> backend_;
   std::vector<std::vector<int32_t>> kept_;
@@ -110,55 +171,17 @@ TEST_P(BatchingTest, BatchedPagedDecodingMatchesOneSequenceAtATime) {
 TEST_P(BatchingTest, BatchedPrefillGivesEachSequenceItsOwnLogitsAndScales) {
   // Stronger than equal tokens: each sequence's logits, FP8 activation codes
   // and scales are bit for bit those it gets alone, although the batch mixes
-  // prompts whose activations differ in size (one scale per sequence,
-  // docs/design.md).
-  auto model = Model(GetParam());
-  ASSERT_NE(model, nullptr);
-  auto cache = FragmentedCache(*model);
-  const std::vector<GenerationRequest> requests = Requests(0.0f);
-  std::vector<std::vector<int32_t>> tables(requests.size());
-  std::vector<SequenceStep> steps;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(cache->Reserve(requests[i].prompt.size(), &tables[i]).ok());
-    steps.push_back({requests[i].prompt, 0, &tables[i]});
+  // prompts whose activations differ in size: with a scale per token (the
+  // default) and with one per sequence (docs/design.md).
+  for (ActivationScales scales :
+       {ActivationScales::kToken, ActivationScales::kSequence}) {
+    SCOPED_TRACE(scales == ActivationScales::kToken ? "per token"
+                                                    : "per sequence");
+    auto model = Model(GetParam(), scales);
+    ASSERT_NE(model, nullptr);
+    ExpectBatchedPrefillAsAlone(*model, GetParam() == LinearMethod::kFp8,
+                                scales == ActivationScales::kToken);
   }
-  ForwardTrace together;
-  together.record_codes = true;
-  std::vector<float> batched, alone;
-  ASSERT_TRUE(model->Forward(steps, *cache, &batched, &together).ok());
-  const int64_t vocab = model->config().vocab_size;
-  const bool fp8 = GetParam() == LinearMethod::kFp8;
-  EXPECT_EQ(together.scales.size(), fp8 ? 4 * model->config().num_layers : 0);
-  int64_t first_row = 0;
-  std::set<float> distinct_scales;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    ForwardTrace single;
-    single.record_codes = true;
-    ASSERT_TRUE(model->Forward({&steps[i], 1}, *cache, &alone, &single).ok());
-    EXPECT_TRUE(
-        std::equal(alone.begin(), alone.end(), batched.begin() + i * vocab))
-        << "request " << i;
-    const int64_t rows = static_cast<int64_t>(steps[i].tokens.size());
-    ASSERT_EQ(single.scales.size(), together.scales.size());
-    for (size_t call = 0; call < single.scales.size(); ++call) {
-      ASSERT_EQ(together.scales[call].size(), steps.size());
-      EXPECT_EQ(single.scales[call],
-                std::vector<float>{together.scales[call][i]})
-          << "request " << i << " projection call " << call;
-      distinct_scales.insert(together.scales[call][i]);
-      const int64_t cols =
-          static_cast<int64_t>(single.codes[call].size()) / rows;
-      EXPECT_TRUE(std::equal(single.codes[call].begin(),
-                             single.codes[call].end(),
-                             together.codes[call].begin() + first_row * cols))
-          << "request " << i << " projection call " << call;
-    }
-    first_row += rows;
-  }
-  if (fp8) {  // the sequences really do have different scales
-    EXPECT_GT(distinct_scales.size(), together.scales.size());
-  }
-  for (auto& t : tables) EXPECT_TRUE(cache->Release(&t).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, BatchingTest,

@@ -147,7 +147,9 @@ TEST_P(CudaModelTest, MatchesTheFp64ReferenceWithinTheContract) {
   std::mt19937 rng(3);
   std::vector<int32_t> prompt(60);
   for (auto& t : prompt) t = rng() % ckpt_->config().vocab_size;
-  ExpectWithinTheContract(*backend_, *ckpt_, *ckpt_, prompt, {.fp8 = true},
+  // Per-tensor weights, activation scales per token (the default).
+  ExpectWithinTheContract(*backend_, *ckpt_, *ckpt_, prompt,
+                          {.fp8 = true, .per_token = true},
                           GetParam() + " fp8-tensor");
 }
 

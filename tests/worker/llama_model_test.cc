@@ -134,17 +134,26 @@ int Rank(uint8_t code) {
   return (code & 0x80) ? -magnitude : magnitude;
 }
 
-TEST_P(ReferenceTest, Fp8MatchesFakeQuantizedReference) {
-  const Case& c = GetParam();
+// The default, activation scales per token, and --activation_scales
+// sequence (the reference's one scale over the prompt).
+class Fp8ReferenceTest
+    : public ::testing::TestWithParam<std::tuple<Case, ActivationScales>> {};
+
+TEST_P(Fp8ReferenceTest, Fp8MatchesFakeQuantizedReference) {
+  const auto& [c, scales] = GetParam();
   const std::string dir = MakeCheckpoint(c.preset, DType::kBf16, 5);
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
   auto backend = NewCpuBackend();
-  auto model = LlamaModel::Load(**ckpt, *backend, Fp8());
+  ModelOptions options = Fp8();
+  options.activation_scales = scales;
+  auto model = LlamaModel::Load(**ckpt, *backend, options);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<int32_t> prompt =
       Prompt(c.prompt, (*ckpt)->config().vocab_size, 6);
-  const auto ref = testing::ReferenceForward(**ckpt, prompt, {.fp8 = true});
+  const auto ref = testing::ReferenceForward(
+      **ckpt, prompt,
+      {.fp8 = true, .per_token = scales == ActivationScales::kToken});
   ForwardTrace trace;
   trace.record_codes = true;
   const std::vector<float> logits = LastLogits(**model, prompt, &trace);
@@ -190,12 +199,14 @@ TEST_P(ReferenceTest, Fp8MatchesFakeQuantizedReference) {
   }
   EXPECT_LT(flips, total / 1000) << "too many independent flips";
   std::printf(
-      "[ measured ] %s fp8 vs fake-quantized fp64: max relative logit error "
-      "%.2e; "
+      "[ measured ] %s fp8 (scales per %s) vs fake-quantized fp64: max "
+      "relative logit error %.2e; "
       "of %lld activation codes %lld flipped to a neighbour at a rounding "
       "boundary "
       "and %lld more differ downstream of a flip\n",
-      c.preset.c_str(), err, static_cast<long long>(total),
+      c.preset.c_str(),
+      scales == ActivationScales::kToken ? "token" : "sequence", err,
+      static_cast<long long>(total),
       static_cast<long long>(flips), static_cast<long long>(propagated));
 }
 
@@ -445,16 +456,31 @@ TEST(LlamaModel, WeightsAreLaidOutAsPanelsOnAvx512) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest,
-                         ::testing::Values(Case{"tiny", 40},
-                                           Case{"tiny-mistral", 70},
-                                           Case{"tiny-qwen2", 40},
-                                           Case{"tiny-qwen3", 40}),
+const auto kPresetCases =
+    ::testing::Values(Case{"tiny", 40}, Case{"tiny-mistral", 70},
+                      Case{"tiny-qwen2", 40}, Case{"tiny-qwen3", 40});
+
+std::string PresetName(const Case& c) {
+  std::string n = c.preset;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ReferenceTest, kPresetCases,
                          [](const auto& info) {
-                           std::string n = info.param.preset;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
+                           return PresetName(info.param);
                          });
+INSTANTIATE_TEST_SUITE_P(
+    Presets, Fp8ReferenceTest,
+    ::testing::Combine(kPresetCases,
+                       ::testing::Values(ActivationScales::kToken,
+                                         ActivationScales::kSequence)),
+    [](const auto& info) {
+      return PresetName(std::get<0>(info.param)) +
+             (std::get<1>(info.param) == ActivationScales::kToken
+                  ? "_per_token"
+                  : "_per_sequence");
+    });
 
 // Synthetic weights must give activations and logits of trained models'
 // order, else the FP8 checks would measure nothing real.
