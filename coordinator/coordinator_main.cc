@@ -76,6 +76,11 @@ ABSL_FLAG(std::string, weight_scale, "global",
 ABSL_FLAG(bool, quantize_lm_head, false,
           "when serving FP8: the lm_head in FP8 too, one scale per "
           "vocabulary row (CPU workers only)");
+ABSL_FLAG(std::string, activation_scales, "token",
+          "when serving FP8: one dynamic activation scale per token (a "
+          "request's results do not depend on its batch or on where its "
+          "prompt is cut into chunks) or per sequence's rows in a step "
+          "(sequence: prompts then run whole, never chunked)");
 ABSL_FLAG(std::string, gemm_choices, "",
           "when serving FP8 on GPUs: the file that keeps which way each "
           "FP8 GEMM with per-sequence scales runs, measured at the first "
@@ -105,7 +110,9 @@ ABSL_FLAG(std::string, transport, "auto",
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768,
           "KV-cache capacity in tokens, over all sequences");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
-ABSL_FLAG(int64_t, max_tokens_per_step, 2048, "token budget of one step");
+ABSL_FLAG(int64_t, max_tokens_per_step, 2048,
+          "token budget of one step: decodes first, then prompts in chunks "
+          "of what is left (a running stream waits at most one such step)");
 ABSL_FLAG(int64_t, max_batch_tokens, 0,
           "the old name of --max_tokens_per_step (taken, with a warning); 0: "
           "unset");
@@ -222,6 +229,8 @@ struct CoordinatorOptions {
   std::string quantization_scheme;  // ModelInfo's, e.g. "fp8-tensor"
   bool global_weight_scale = false;
   bool quantize_lm_head = false;
+  // --activation_scales sequence: FP8 scales per sequence, prompts whole.
+  bool sequence_activation_scales = false;
   rpc::Device device = rpc::DEVICE_AUTO;
   rpc::Transport transport = rpc::TRANSPORT_SHM;
   int port = 0, metrics_port = 0;
@@ -268,6 +277,12 @@ absl::Status ParseChoices(CoordinatorOptions& o) {
   }
   o.global_weight_scale = weight_scale == "global";
   o.quantize_lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  const std::string scales = absl::GetFlag(FLAGS_activation_scales);
+  if (scales != "token" && scales != "sequence") {
+    return Invalid("--activation_scales must be token or sequence, not '" +
+                   scales + "'");
+  }
+  o.sequence_activation_scales = scales == "sequence";
   const absl::StatusOr<DeviceChoice> device =
       ParseDeviceChoice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
@@ -554,10 +569,18 @@ absl::Status ResolveMethod(CoordinatorOptions& o, const ModelConfig& config) {
   }
   o.quantization_scheme = QuantizationScheme(config, o.quantization);
   const bool at_load = o.quantization == "fp8" && !config.fp8;
-  std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s\n",
+  const bool dynamic = o.quantization == "fp8" &&
+                       !(config.fp8 && config.fp8->static_activations);
+  const bool per_token = !o.sequence_activation_scales ||
+                         (config.fp8 && config.fp8->activation_per_token);
+  std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s%s\n",
                o.quantization.c_str(), o.quantization_scheme.c_str(),
                flag == "auto" ? ", as the checkpoint's config.json says" : "",
-               at_load ? ", quantized at load" : "");
+               at_load ? ", quantized at load" : "",
+               !dynamic    ? ""
+               : per_token ? ", activation scales per token"
+                           : ", activation scales per sequence (prompts "
+                             "whole, not chunked)");
   return absl::OkStatus();
 }
 
@@ -655,6 +678,7 @@ WorkerGroupOptions GroupOptions(const CoordinatorOptions& o) {
                                                   : rpc::QUANTIZATION_NONE);
   g.load.set_global_weight_scale(o.global_weight_scale);
   g.load.set_quantize_lm_head(o.quantize_lm_head);
+  g.load.set_sequence_activation_scales(o.sequence_activation_scales);
   g.load.set_transport(o.transport);
   g.load.set_max_tokens_per_step(absl::GetFlag(FLAGS_max_tokens_per_step));
   g.load.set_gemm_choices_file(absl::GetFlag(FLAGS_gemm_choices));
@@ -700,6 +724,10 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
       .num_blocks = o.kv_tokens / o.block_size,
       .block_size = o.block_size,
       .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
+      // Per-sequence FP8 scales change with a chunk boundary; unquantized
+      // and per-token ones do not.
+      .chunked_prefill = !(o.quantization == "fp8" &&
+                           o.sequence_activation_scales),
       .max_running = absl::GetFlag(FLAGS_max_running),
       .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;

@@ -113,46 +113,103 @@ void Scheduler::Plan(Seq& seq, int64_t n, StepPlan& plan) {
   seq.computed += n;
   s.sample = seq.computed == static_cast<int64_t>(seq.tokens.size());
   seq.awaiting_token = s.sample;
+  seq.planned = steps_;
   plan.seqs.push_back(std::move(s));
+}
+
+int64_t Scheduler::Wanted(const Seq& seq) const {
+  if (seq.replay) {
+    return seq.computed < seq.prompt_size ? seq.prompt_size - seq.computed : 1;
+  }
+  return static_cast<int64_t>(seq.tokens.size()) - seq.computed;
+}
+
+bool Scheduler::PreemptYoungest(StepPlan& plan) {
+  Seq* victim = running_.back();
+  if (victim->planned == steps_) return false;
+  running_.pop_back();
+  Release(*victim);
+  ToWaiting(victim);
+  plan.preempted.push_back(victim->id);
+  return true;
 }
 
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
+  ++steps_;
   int64_t budget = options_.max_tokens_per_step;
+  ScheduleDecodes(plan, budget);
+  SchedulePrompts(plan, budget);
+  Admit(plan, budget);
+  return plan;
+}
+
+void Scheduler::ScheduleDecodes(StepPlan& plan, int64_t& budget) {
+  // Oldest first. Short of a block, the youngest running sequence (maybe
+  // this one) is preempted: it comes after this one, so it is not in the
+  // plan yet.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Seq& seq = *running_[i];
+    if (seq.awaiting_token || Wanted(seq) != 1) continue;
+    bool gone = false;
+    while (!gone && !Grow(seq, seq.computed + 1)) {
+      gone = running_.back() == &seq;
+      PreemptYoungest(plan);
+    }
+    if (gone) return;  // it was the youngest: none come after it
+    Plan(seq, 1, plan);
+    budget -= 1;
+  }
+}
+
+void Scheduler::SchedulePrompts(StepPlan& plan, int64_t& budget) {
+  // Oldest first, each as much of its prompt as the budget left allows, or
+  // as the blocks allow once younger sequences that are not in the plan
+  // are preempted.
+  const int64_t block = options_.block_size;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Seq& seq = *running_[i];
+    if (seq.awaiting_token || seq.planned == steps_ || Wanted(seq) < 2) {
+      continue;
+    }
+    int64_t n = std::min(Wanted(seq), budget);
+    while (n > 0 && !Grow(seq, seq.computed + n)) {
+      const int64_t fit =
+          (static_cast<int64_t>(seq.blocks.size()) + free_blocks()) * block -
+          seq.computed;
+      if (fit > 0) {
+        n = std::min(n, fit);  // what the free blocks hold
+      } else if (running_.back() == &seq || !PreemptYoungest(plan)) {
+        n = 0;  // nothing to take room from: later
+      }
+    }
+    if (n == 0) continue;
+    Plan(seq, n, plan);
+    budget -= n;
+  }
+}
+
+void Scheduler::Admit(StepPlan& plan, int64_t& budget) {
+  // In arrival order; the first that does not fit stops them. None in a
+  // step that had to preempt: memory is short, and a sequence just
+  // preempted would come straight back in. Without chunked prefill a
+  // prompt runs whole, and the first admission of a step may exceed the
+  // budget (a prompt longer than it runs as the step's only prefill).
+  bool admitted = false;
   auto by_arrival = [](const Seq* a, const Seq* b) {
     return a->arrival < b->arrival;
   };
-  // Decodes, oldest first. Short of a block, the youngest running sequence
-  // (maybe this one) is preempted: it comes after this one, so it is not in
-  // the plan yet.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Seq* seq = running_[i];
-    if (seq->awaiting_token) continue;  // its sampled token is not back yet
-    while (!Grow(*seq, seq->computed + 1)) {
-      Seq* victim = running_.back();
-      running_.pop_back();
-      Release(*victim);
-      ToWaiting(victim);
-      plan.preempted.push_back(victim->id);
-      if (victim == seq) break;
-    }
-    if (i >= running_.size()) break;  // preempted itself, the youngest
-    Plan(*seq, 1, plan);
-    budget -= 1;
-  }
-  // Admissions, whole prompts in arrival order; the first that does not fit
-  // stops them. The first admission of a step may exceed the budget (a
-  // prompt longer than it runs as the step's only prefill). None in a step
-  // that had to preempt: memory is short, and a sequence just preempted
-  // would come straight back in.
-  bool admitted = false;
   while (plan.preempted.empty() && !waiting_.empty() &&
+         (budget > 0 || !options_.chunked_prefill) &&
          running() < options_.max_running) {
     Seq* seq = waiting_.front();
-    // A replayed sequence's prompt; its generated tokens follow one a step.
-    const int64_t n = seq->replay ? seq->prompt_size
-                                  : static_cast<int64_t>(seq->tokens.size());
-    if ((admitted && n > budget) || !Grow(*seq, n)) break;
+    int64_t n = Wanted(*seq);
+    if (options_.chunked_prefill) {
+      n = std::min(n, budget);
+    } else if (admitted && n > budget) {
+      break;
+    }
+    if (!Grow(*seq, n)) break;
     waiting_.pop_front();
     running_.insert(
         std::upper_bound(running_.begin(), running_.end(), seq, by_arrival),
@@ -161,7 +218,6 @@ StepPlan Scheduler::Schedule() {
     budget -= n;
     admitted = true;
   }
-  return plan;
 }
 
 absl::Status Scheduler::Append(SeqId id, int32_t token) {

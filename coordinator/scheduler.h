@@ -1,27 +1,33 @@
-// Continuous batching: which sequences run in the next forward pass, and
-// where their keys and values live in the workers' paged KV cache.
+// Continuous batching with chunked prefill: which sequences run in the
+// next forward pass, with which of their tokens, and where their keys and
+// values live in the workers' paged KV cache.
 //
 // The scheduler owns the block accounting (the workers only store blocks at
 // the slots they are told): a sequence holds ceil(cached tokens / block
-// size) blocks, taken one at a time as it grows and all returned when it
-// finishes or is cancelled. Each step:
-//   1. sequences already running decode one token each, oldest first, as
-//      far as the step's token budget goes; when blocks run out the
-//      youngest running sequence is preempted: it gives back its blocks and
-//      goes back to the front of the queue with the tokens it has, to be
+// size) blocks, taken as it grows and all returned when it finishes or is
+// cancelled. Each step spends a token budget (max_tokens_per_step), in this
+// order:
+//   1. decodes: running sequences whose prompt is in the cache feed their
+//      last sampled token, oldest first. When blocks run out the youngest
+//      running sequence is preempted: it gives back its blocks and goes
+//      back to the front of the queue with the tokens it has, to be
 //      prefilled again later;
-//   2. waiting sequences are admitted in arrival order (first come, first
+//   2. prompts under way: running sequences whose prompt is partly in the
+//      cache feed their next chunk, oldest first, as much as the budget
+//      left allows (preempting the youngest as decodes do);
+//   3. admissions: waiting sequences in arrival order (first come, first
 //      served: a later request never overtakes one that does not fit yet),
-//      each with its whole prompt in this one step, as the rest of the
-//      budget and the free blocks allow; a prompt longer than the budget
-//      left runs as the step's only admission. None in a step that had to
-//      preempt.
-// A prompt is never split across steps: FP8 activation scales are per
-// sequence and forward call, so a chunk boundary would change the
-// numerics, and where it fell would depend on the load. A sequence's tokens
-// therefore do not depend on what it is batched with, except after a
-// preemption (its generated tokens are then recomputed in one call instead
-// of one at a time).
+//      each with a first chunk of its prompt as the budget left and the free
+//      blocks allow. None in a step that had to preempt.
+// So a long prompt never holds running streams up for more than one
+// budgeted step. Where chunks fall depends on the load, and a sequence's
+// tokens must not: the workers scale FP8 activations per token and sum
+// attention over cached keys as over a chunk's own, so a chunk boundary
+// changes no bit (tests/coordinator/chunked_prefill_test).
+// With chunked_prefill off (the workers' --activation_scales sequence: a
+// scale per sequence's rows in one call), each prompt runs whole in the
+// step that admits it, and one longer than the budget left runs as the
+// step's only admission.
 // Not thread-safe: the coordinator's step loop owns it.
 #pragma once
 
@@ -38,9 +44,11 @@ namespace octet {
 struct SchedulerOptions {
   int64_t num_blocks = 0;   // KV blocks the workers hold
   int64_t block_size = 16;  // tokens per block
-  // The token budget of one step (one prompt longer than it may still run
-  // alone in a step).
+  // The token budget of one step (without chunked prefill one prompt
+  // longer than it may still run alone in a step).
   int64_t max_tokens_per_step = 2048;
+  // Prompts cut into chunks to fit the budget (see above); off: whole.
+  bool chunked_prefill = true;
   int64_t max_running = 64;    // sequences in one forward at most
   int64_t max_waiting = 1024;  // queued sequences; more: RESOURCE_EXHAUSTED
 };
@@ -95,12 +103,13 @@ class Scheduler {
 
   // A running sequence whose KV cache was lost (its worker group failed)
   // goes back to the queue, in arrival order, with every token it has. It
-  // is then replayed exactly as it first ran: its prompt in one call, then
-  // each generated token in a step of its own, sampling only after the
-  // last; so its logits -- FP8 scales included -- and its next tokens are
-  // those it would have had without the failure. (A preemption instead
-  // recomputes all tokens in one call.) Waiting or unknown ids are
-  // ignored.
+  // is then replayed as it first ran: its prompt (in chunks, or whole
+  // without chunked prefill), then each generated token in a step of its
+  // own, sampling only after the last; so its logits -- FP8 scales
+  // included -- and its next tokens are those it would have had without
+  // the failure. (A preemption instead recomputes all tokens as one
+  // prompt: the same bits with per-token scales.) Waiting or unknown ids
+  // are ignored.
   void Requeue(SeqId id);
 
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
@@ -123,7 +132,8 @@ class Scheduler {
     std::vector<int32_t> blocks;
     bool awaiting_token = false;  // sampled in the last step, not appended
     int64_t prompt_size = 0;
-    bool replay = false;  // requeued: replays its tokens one step each
+    bool replay = false;  // requeued: replays its generated tokens one a step
+    uint64_t planned = 0;  // the last step (steps_) it was planned in
   };
 
   explicit Scheduler(const SchedulerOptions& options);
@@ -133,6 +143,16 @@ class Scheduler {
   // Grows `seq`'s blocks to cover `tokens`; false (nothing taken) if there
   // are not enough free.
   bool Grow(Seq& seq, int64_t tokens);
+  // Preempts the youngest running sequence unless it is in this step's plan
+  // already: false when it was.
+  bool PreemptYoungest(StepPlan& plan);
+  // The tokens `seq` feeds next, all at once if the budget allowed: its
+  // prompt's rest, or one (a decode, or a replayed generated token).
+  int64_t Wanted(const Seq& seq) const;
+  // The steps' three parts (see the top of this file).
+  void ScheduleDecodes(StepPlan& plan, int64_t& budget);
+  void SchedulePrompts(StepPlan& plan, int64_t& budget);
+  void Admit(StepPlan& plan, int64_t& budget);
   void Release(Seq& seq);
   // Puts a sequence that holds no blocks back in the queue, by arrival.
   void ToWaiting(Seq* seq);
@@ -145,6 +165,7 @@ class Scheduler {
   std::vector<Seq*> running_;  // arrival order
   std::vector<int32_t> free_blocks_;
   uint64_t arrivals_ = 0;
+  uint64_t steps_ = 0;  // Schedule calls
 };
 
 }  // namespace octet

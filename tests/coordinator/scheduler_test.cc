@@ -1,12 +1,14 @@
 // The continuous-batching scheduler (coordinator/scheduler.h): token budget,
-// whole-prompt prefill, first-come-first-served admission, block accounting,
-// preemption with recompute, cancellation, the queue limit; and a random
-// run checked against the invariants at every step.
+// chunked prefill (and whole prompts without it), first-come-first-served
+// admission, block accounting, preemption with recompute, cancellation, the
+// queue limit; and random runs, chunked and not, checked against the
+// invariants at every step.
 #include "coordinator/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -14,12 +16,16 @@
 namespace octet {
 namespace {
 
+constexpr bool kWhole = false;  // chunked_prefill off
+
 std::unique_ptr<Scheduler> Make(int64_t blocks, int64_t block_size,
                                 int64_t budget, int64_t max_running = 64,
-                                int64_t max_waiting = 1024) {
+                                int64_t max_waiting = 1024,
+                                bool chunked = true) {
   auto s = Scheduler::Create({.num_blocks = blocks,
                               .block_size = block_size,
                               .max_tokens_per_step = budget,
+                              .chunked_prefill = chunked,
                               .max_running = max_running,
                               .max_waiting = max_waiting});
   EXPECT_TRUE(s.ok()) << s.status();
@@ -75,8 +81,8 @@ TEST(SchedulerTest, PrefillsThenDecodesTogether) {
   EXPECT_EQ(s->Append(1, 3).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(SchedulerTest, APromptIsNeverSplitAndALongOneRunsAloneOverTheBudget) {
-  auto s = Make(100, 4, 16);
+TEST(SchedulerTest, UnchunkedAPromptIsWholeAndALongOneRunsAloneOverBudget) {
+  auto s = Make(100, 4, 16, 64, 1024, kWhole);
   ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
   StepPlan p = s->Schedule();
   AppendSampled(*s, p);
@@ -96,8 +102,8 @@ TEST(SchedulerTest, APromptIsNeverSplitAndALongOneRunsAloneOverTheBudget) {
   EXPECT_EQ(p.tokens(), 2 + 5);
 }
 
-TEST(SchedulerTest, DecodesGoFirstAndNewcomersShareTheRestOfTheBudget) {
-  auto s = Make(100, 4, 10);
+TEST(SchedulerTest, UnchunkedDecodesGoFirstAndNewcomersShareTheRest) {
+  auto s = Make(100, 4, 10, 64, 1024, kWhole);
   ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
   StepPlan p = s->Schedule();
   AppendSampled(*s, p);
@@ -228,7 +234,7 @@ TEST(SchedulerTest, ARequeuedSequenceReplaysExactlyAsItRan) {
 }
 
 TEST(SchedulerTest, CancellingFreesBlocksWaitingOrRunning) {
-  auto s = Make(10, 4, 8);
+  auto s = Make(10, 4, 8, 64, 1024, kWhole);
   ASSERT_TRUE(s->Add(1, Prompt(12), 4).ok());
   ASSERT_TRUE(s->Add(2, Prompt(4), 4).ok());
   StepPlan p = s->Schedule();  // 1's 12 tokens; 2 waits
@@ -254,9 +260,9 @@ TEST(SchedulerTest, QueueLimitsAndImpossibleRequestsAreErrors) {
   EXPECT_EQ(s->Add(4, {}, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SchedulerTest, RandomRunsKeepTheInvariants) {
+TEST(SchedulerTest, UnchunkedRandomRunsKeepTheInvariants) {
   std::mt19937 rng(7);
-  auto s = Make(24, 4, 20, 6, 1000);
+  auto s = Make(24, 4, 20, 6, 1000, kWhole);
   std::set<SeqId> live;
   SeqId next = 1;
   size_t preempted = 0;
@@ -321,6 +327,178 @@ TEST(SchedulerTest, RandomRunsKeepTheInvariants) {
   EXPECT_GT(preempted, 0u);
   EXPECT_EQ(s->used_blocks(), 0);
   EXPECT_EQ(s->running() + s->waiting(), 0);
+}
+
+TEST(SchedulerTest, APromptIsCutIntoChunksOfTheBudgetLeft) {
+  auto s = Make(100, 4, 16);
+  ASSERT_TRUE(s->Add(1, Prompt(6), 8).ok());
+  StepPlan p = s->Schedule();
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(2, Prompt(40), 4).ok());
+  ASSERT_TRUE(s->Add(3, Prompt(5), 4).ok());
+  // 1 decodes; 2 takes the 15 tokens left, without sampling; 3 waits.
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].id, 2u);
+  EXPECT_EQ(p.seqs[1].start, 0);
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(15));
+  EXPECT_FALSE(p.seqs[1].sample);
+  EXPECT_EQ(p.seqs[1].block_table->size(), 4u);
+  EXPECT_EQ(p.tokens(), 16);
+  EXPECT_EQ(s->waiting(), 1);
+  AppendSampled(*s, p);
+  // 1 decodes, 2 goes on where it stopped, before 3 is admitted.
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].id, 2u);
+  EXPECT_EQ(p.seqs[1].start, 15);
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(15, 115));
+  AppendSampled(*s, p);
+  // 2's last 10 tokens, sampling; 3 admitted with the 5 left.
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  EXPECT_EQ(p.seqs[1].start, 30);
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(10, 130));
+  EXPECT_TRUE(p.seqs[1].sample);
+  EXPECT_EQ(p.seqs[2].id, 3u);
+  EXPECT_EQ(p.seqs[2].tokens, Prompt(5));
+  EXPECT_TRUE(p.seqs[2].sample);
+  EXPECT_EQ(p.tokens(), 16);
+}
+
+// Decodes first even when an older sequence's prompt is under way, so a
+// long prompt holds running streams up for at most one budgeted step.
+TEST(SchedulerTest, DecodesGoBeforeAnOlderPromptsNextChunk) {
+  auto s = Make(100, 4, 8);
+  ASSERT_TRUE(s->Add(1, Prompt(30), 4).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(2), 4).ok());
+  StepPlan p = s->Schedule();  // 1's first 8 tokens; 2 waits
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.tokens(), 8);
+  p = s->Schedule();  // 1's next 8
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].start, 8);
+  s->Finish(1);
+  p = s->Schedule();  // 2, whole
+  ASSERT_EQ(p.seqs.size(), 1u);
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(3, Prompt(30), 4).ok());
+  for (int step = 0; step < 4; ++step) {
+    p = s->Schedule();
+    ASSERT_EQ(p.seqs.size(), 2u);
+    EXPECT_EQ(p.seqs[0].id, 2u);  // the decode first, every step
+    EXPECT_EQ(p.seqs[0].tokens.size(), 1u);
+    EXPECT_EQ(p.seqs[1].id, 3u);
+    EXPECT_EQ(p.seqs[1].start, 7 * step);
+    EXPECT_LE(p.tokens(), 8);
+    AppendSampled(*s, p);
+  }
+}
+
+// Short of blocks, a prompt under way takes the tokens the free blocks hold
+// and otherwise waits: as the youngest it preempts nobody, and never a
+// sequence already in the plan. (Admission takes a chunk only whole.)
+TEST(SchedulerTest, AChunkTakesWhatTheFreeBlocksHold) {
+  auto s = Make(5, 4, 8);
+  ASSERT_TRUE(s->Add(1, Prompt(4), 8).ok());
+  StepPlan p = s->Schedule();  // 1 block
+  AppendSampled(*s, p);
+  ASSERT_TRUE(s->Add(2, Prompt(16), 1).ok());  // 5 blocks with its token
+  p = s->Schedule();  // 1 decodes into a second block; 2's first 7 tokens
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].tokens.size(), 7u);
+  AppendSampled(*s, p);
+  EXPECT_EQ(s->free_blocks(), 1);
+  p = s->Schedule();  // 2 wants 7 more; the last free block holds 5
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].start, 7);
+  EXPECT_EQ(p.seqs[1].tokens, Prompt(5, 107));
+  EXPECT_EQ(s->free_blocks(), 0);
+  AppendSampled(*s, p);
+  p = s->Schedule();  // no room, nobody younger: 2 waits, 1 decodes
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 1u);
+  EXPECT_TRUE(p.preempted.empty());
+}
+
+// A requeued sequence replays its prompt in chunks without sampling, then
+// each generated token in a step of its own.
+TEST(SchedulerTest, ARequeuedSequenceReplaysItsPromptInChunks) {
+  auto s = Make(100, 4, 6);
+  ASSERT_TRUE(s->Add(1, Prompt(10), 8).ok());
+  StepPlan p = s->Schedule();
+  p = s->Schedule();
+  ASSERT_TRUE(p.seqs[0].sample);
+  AppendSampled(*s, p, 7);
+  p = s->Schedule();
+  AppendSampled(*s, p, 8);
+  s->Requeue(1);
+  std::vector<std::pair<int64_t, size_t>> fed;  // start, count
+  for (int step = 0; step < 4; ++step) {
+    p = s->Schedule();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    fed.emplace_back(p.seqs[0].start, p.seqs[0].tokens.size());
+    EXPECT_EQ(p.seqs[0].sample, step == 3);
+  }
+  EXPECT_EQ(fed, (std::vector<std::pair<int64_t, size_t>>{
+                     {0, 6}, {6, 4}, {10, 1}, {11, 1}}));
+}
+
+TEST(SchedulerTest, ChunkedRandomRunsKeepTheInvariants) {
+  std::mt19937 rng(11);
+  auto s = Make(24, 4, 20, 6, 1000);
+  std::set<SeqId> live;
+  std::map<SeqId, int64_t> fed;  // each sequence's next position to feed
+  SeqId next = 1;
+  size_t preempted = 0, chunks = 0;
+  auto step_once = [&]() {
+    const StepPlan p = s->Schedule();
+    preempted += p.preempted.size();
+    for (SeqId id : p.preempted) fed[id] = 0;
+    ASSERT_LE(p.tokens(), 20);  // never over the budget
+    std::set<int32_t> blocks;
+    for (const ScheduledSeq& q : p.seqs) {
+      ASSERT_EQ(q.start, fed[q.id]) << "a gap or overlap in " << q.id;
+      fed[q.id] = q.start + static_cast<int64_t>(q.tokens.size());
+      chunks += q.tokens.size() > 1 && !q.sample;
+      ASSERT_GE(static_cast<int64_t>(q.block_table->size()) * 4, fed[q.id]);
+      for (int32_t b : *q.block_table) {
+        ASSERT_TRUE(blocks.insert(b).second) << "block " << b << " shared";
+      }
+    }
+    ASSERT_EQ(s->used_blocks() + s->free_blocks(), 24);
+    for (const ScheduledSeq& q : p.seqs) {
+      if (!q.sample) continue;
+      ASSERT_TRUE(s->Append(q.id, 1).ok());
+      if (s->tokens(q.id).size() >= 40) {
+        s->Finish(q.id);
+        live.erase(q.id);
+      }
+    }
+  };
+  for (int step = 0; step < 3000; ++step) {
+    if (rng() % 3 == 0) {
+      const int64_t prompt = 1 + rng() % 35, max_new = 1 + rng() % 40;
+      if (s->Add(next, Prompt(prompt), max_new).ok()) live.insert(next);
+      ++next;
+    }
+    if (!live.empty() && rng() % 7 == 0) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      s->Finish(*it);
+      live.erase(it);
+    }
+    step_once();
+    if (HasFatalFailure()) return;
+  }
+  for (int step = 0; step < 10000 && !live.empty(); ++step) {
+    step_once();
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_TRUE(live.empty()) << live.size() << " sequences never finished";
+  EXPECT_GT(preempted, 0u);
+  EXPECT_GT(chunks, 0u);
+  EXPECT_EQ(s->used_blocks(), 0);
 }
 
 }  // namespace
