@@ -48,7 +48,7 @@ test: build
 # from the test itself.
 SANITIZER_CMAKE = cmake -S . -G Ninja -DOCTET_CUDA=OFF $(CMAKE_FLAGS)
 
-# Every unit and integration test but four: two that check no C++ of ours,
+# Every unit and integration test but five: two that check no C++ of ours,
 # the Kubernetes manifests (DeployManifests) and the container's package
 # list (RuntimePackages, which would find the sanitizer runtimes), the
 # GGUF oracle (GgufMatchesPackageAndTransformers: its perplexity and TP = 3
@@ -57,14 +57,16 @@ SANITIZER_CMAKE = cmake -S . -G Ninja -DOCTET_CUDA=OFF $(CMAKE_FLAGS)
 # runs under ASan + UBSan in `make test`), and the HTTP load test
 # (HttpApiUnderLoad: it holds RSS flat, which ASan's quarantine does not;
 # the HTTP API's own tests, coordinator_test's and
-# OpenAiClientAgainstHttpApi, run here).
+# OpenAiClientAgainstHttpApi, run here), and vLLM's benchmark client
+# (VllmBenchServeAgainstHttpApi: minutes of load that checks a client's
+# parse, not memory; chunked_prefill_test runs here).
 test-asan: DEPS = all
 test-asan: deps
 	$(SANITIZER_CMAKE) -B $(ASAN_DIR) -DOCTET_SANITIZE=address
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	scripts/sanitizer-test.sh address $(ASAN_DIR) -j $(JOBS) \
 	  -L 'unit|integration' \
-	  -E '^(DeployManifests|RuntimePackages|GgufMatchesPackageAndTransformers|HttpApiUnderLoad)$$'
+	  -E '^(DeployManifests|RuntimePackages|GgufMatchesPackageAndTransformers|HttpApiUnderLoad|VllmBenchServeAgainstHttpApi)$$'
 
 # The tests of the code that runs threads: the coordinator, the engine's step
 # loop, the worker group and service, the rendezvous store, the

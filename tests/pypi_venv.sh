@@ -80,3 +80,49 @@ TORCH_ORACLE_PINS=(torch==2.15.0 transformers==5.25.0 safetensors==0.8.0
 # The `openai` client of the HTTP API's tests (openai_client_test.sh,
 # http_load_test.sh), which share one virtualenv.
 OPENAI_CLIENT_PINS=(openai==3.63.0)
+
+# vLLM's serving benchmark client (`vllm bench serve`: vllm.benchmarks.serve)
+# for vllm_bench_test.sh and tests/bench/serving_peers.sh. vllm's own
+# requirements (torch 2.14, CUDA kernels, ~9 GB) are not installed: the
+# virtualenv sees the torch one's packages (pypi_venv_over) and adds vllm
+# without its requirements, then what the benchmark's imports need.
+VLLM_BENCH_NODEPS=(vllm==0.33.0)
+VLLM_BENCH_PINS=(aiohttp==3.14.5 pybase64==1.5.1 pillow==13.0.0
+                 msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0
+                 openai-harmony==0.0.8 openai==3.63.0 cachetools==8.0.3
+                 cloudpickle==3.1.3 uvloop==0.23.0 py-cpuinfo==9.0.0
+                 prometheus_client==0.26.0 xgrammar==0.2.8
+                 apache-tvm-ffi==0.1.11 fastapi==0.136.3 starlette==1.10.0
+                 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2
+                 llguidance==1.9.1 psutil==7.2.2 blake3==1.0.11
+                 pyyaml==6.0.4 partial-json-parser==0.2.1.1.post7
+                 einops==0.8.2 orjson==3.13.0 tiktoken==0.14.0 ijson==3.6.0
+                 setproctitle==1.3.8 prometheus-fastapi-instrumentator==8.1.0)
+
+# pypi_venv_over NAME VENV BASE LOG NODEPS PACKAGE==VERSION...: makes VENV
+# seeing BASE's packages (a .pth line naming BASE's site-packages, which
+# must exist with its own pins), with NODEPS (one PACKAGE==VERSION)
+# installed without its requirements and the other packages with theirs
+# (those BASE has are taken from it). Locked and skipped as pypi_venv.
+pypi_venv_over() {
+  local name="$1" venv="$2" base="$3" log="$4" nodeps="$5" start site
+  shift 5
+  mkdir -p "$(dirname "$venv")"
+  exec 9> "$venv.lock"
+  flock 9
+  if ! pypi_has_pins "$venv" "$nodeps" "$@"; then
+    echo "$name: installing $nodeps (alone) and $* over $base" >&2
+    start=$SECONDS
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    site="$("$venv/bin/python" -c \
+      'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$base/bin/python" -c \
+      'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+      > "$site/octet_base_venv.pth"
+    pypi_install "$name" "$venv" "$log" --no-deps "$nodeps"
+    pypi_install "$name" "$venv" "$log" "$@"
+    echo "$name: installed in $((SECONDS - start)) s" >&2
+  fi
+  exec 9>&-
+}
