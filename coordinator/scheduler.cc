@@ -151,12 +151,12 @@ void Scheduler::ScheduleDecodes(StepPlan& plan, int64_t& budget) {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Seq& seq = *running_[i];
     if (seq.awaiting_token || Wanted(seq) != 1) continue;
-    bool gone = false;
-    while (!gone && !Grow(seq, seq.computed + 1)) {
-      gone = running_.back() == &seq;
-      PreemptYoungest(plan);
+    while (!Grow(seq, seq.computed + 1)) {
+      const bool itself = running_.back() == &seq;
+      // Gone itself, the youngest: none come after it. (The youngest is
+      // never in the plan here, so PreemptYoungest cannot refuse.)
+      if (!PreemptYoungest(plan) || itself) return;
     }
-    if (gone) return;  // it was the youngest: none come after it
     Plan(seq, 1, plan);
     budget -= 1;
   }
