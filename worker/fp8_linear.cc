@@ -116,7 +116,7 @@ absl::Status LlamaModel::QuantizeInput(const LinearWeight& w, const Input& x,
     OCTET_RETURN_IF_ERROR(backend_.QuantizeStatic(x.x, count, *scale, codes));
   } else {
     // One dynamic scale per token (the default) or per sequence's rows, as
-    // `seqs` groups them (ActivationScales; docs/numerics of design.md):
+    // `seqs` groups them (ActivationScales; docs/design.md, FP8 numerics):
     // either way batching does not change a sequence's codes, and per token
     // neither does chunking. A single rank's input is whole: its absmax
     // is the global one. Tensor parallelism all-reduces it here for

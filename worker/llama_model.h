@@ -50,8 +50,8 @@ namespace octet {
 // (docs/decisions/2026-12-07-fp8-activation-scales-per-token.md).
 enum class ActivationScales {
   // Each token its own scale: a token's codes depend on its own values
-  // alone, so neither its batch, nor where a prompt is cut into chunks, nor
-  // a recomputation after preemption can change them.
+  // alone, so neither its batch nor where its prompt is cut into chunks
+  // changes how they are scaled.
   kToken,
   // One scale per sequence's rows in one forward call (octet's rule before
   // chunked prefill; nearest to a checkpoint's dynamic per-tensor scheme):
