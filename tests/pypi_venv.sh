@@ -1,6 +1,7 @@
-# Sourced by the tests that take a PyPI package as their oracle
+# Sourced by the tests that take a PyPI package as their oracle or client
 # (tests/model/hf_tokenizers_oracle.sh, tests/model/gguf_oracle.sh,
-# tests/tools/compressed_tensors_oracle.sh):
+# tests/tools/compressed_tensors_oracle.sh, tests/coordinator/
+# vllm_bench_test.sh, tests/bench/serving_peers.sh):
 # installs pinned packages into a fresh virtualenv, and tells a network that
 # failed pip (ctest's skip, exit 77) from any other failure (exit 1).
 # The virtualenvs live outside the build folders (CMake's OCTET_PYPI_VENVS,
@@ -125,4 +126,27 @@ pypi_venv_over() {
     echo "$name: installed in $((SECONDS - start)) s" >&2
   fi
   exec 9>&-
+}
+
+# gguf_tokenizer_dir NAME TORCH_VENV GGUF OUT: the tokenizer transformers
+# reads from a GGUF file, saved as a Hugging Face tokenizer directory OUT
+# (what vLLM's client loads to count tokens). Exits 1 with transformers'
+# message when it cannot. NAME prefixes messages.
+gguf_tokenizer_dir() {
+  local name="$1" venv="$2" gguf="$3" out="$4" log
+  log="$(mktemp)"
+  if ! "$venv/bin/python" - "$gguf" "$out" 2> "$log" <<'PY'
+import os, sys
+from transformers import AutoTokenizer
+path, out = sys.argv[1], sys.argv[2]
+AutoTokenizer.from_pretrained(os.path.dirname(path),
+                              gguf_file=os.path.basename(path)).save_pretrained(out)
+PY
+  then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "$name: transformers made no tokenizer of $gguf" >&2
+    exit 1
+  fi
+  rm -f "$log"
 }

@@ -134,18 +134,7 @@ trap 'stop_server; rm -rf "$work"' EXIT
 pypi_venv torch "$venvs/torch" "$work/pip.log" "${TORCH_ORACLE_PINS[@]}"
 pypi_venv_over vllm_bench "$venvs/vllm-bench" "$venvs/torch" "$work/pip.log" \
   "${VLLM_BENCH_NODEPS[@]}" "${VLLM_BENCH_PINS[@]}"
-if ! "$venvs/torch/bin/python" - "$q4" "$work/tokenizer" 2> "$work/tok.log" <<'PY'
-import os, sys
-from transformers import AutoTokenizer
-path, out = sys.argv[1], sys.argv[2]
-AutoTokenizer.from_pretrained(os.path.dirname(path),
-                              gguf_file=os.path.basename(path)).save_pretrained(out)
-PY
-then
-  cat "$work/tok.log" >&2
-  echo "serving_peers: transformers made no tokenizer of $q4" >&2
-  exit 1
-fi
+gguf_tokenizer_dir serving_peers "$venvs/torch" "$q4" "$work/tokenizer"
 cat > "$work/bench.py" <<'PY'
 import sys
 from vllm.benchmarks.serve import add_cli_args, main

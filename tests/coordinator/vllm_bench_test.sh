@@ -39,18 +39,7 @@ if [ "$status" -ne 0 ]; then exit "$status"; fi  # 77: no PyPI
 
 # The client counts tokens with the model's tokenizer: transformers' own
 # reading of the GGUF, saved as a tokenizer directory.
-if ! "$venvs/torch/bin/python" - "$model" "$work/tokenizer" 2> "$work/tok.log" <<'PY'
-import os, sys
-from transformers import AutoTokenizer
-path, out = sys.argv[1], sys.argv[2]
-AutoTokenizer.from_pretrained(os.path.dirname(path),
-                              gguf_file=os.path.basename(path)).save_pretrained(out)
-PY
-then
-  cat "$work/tok.log" >&2
-  echo "vllm_bench_test: transformers made no tokenizer of $model" >&2
-  exit 1
-fi
+gguf_tokenizer_dir vllm_bench_test "$venvs/torch" "$model" "$work/tokenizer"
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
