@@ -231,6 +231,9 @@ struct CoordinatorOptions {
   bool quantize_lm_head = false;
   // --activation_scales sequence: FP8 scales per sequence, prompts whole.
   bool sequence_activation_scales = false;
+  // Prompts cut into chunks (ResolveMethod: unless the FP8 scales are
+  // dynamic and per sequence, which a chunk boundary would change).
+  bool chunked_prefill = true;
   rpc::Device device = rpc::DEVICE_AUTO;
   rpc::Transport transport = rpc::TRANSPORT_SHM;
   int port = 0, metrics_port = 0;
@@ -573,6 +576,7 @@ absl::Status ResolveMethod(CoordinatorOptions& o, const ModelConfig& config) {
                        !(config.fp8 && config.fp8->static_activations);
   const bool per_token = !o.sequence_activation_scales ||
                          (config.fp8 && config.fp8->activation_per_token);
+  o.chunked_prefill = !dynamic || per_token;
   std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s%s\n",
                o.quantization.c_str(), o.quantization_scheme.c_str(),
                flag == "auto" ? ", as the checkpoint's config.json says" : "",
@@ -724,10 +728,7 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
       .num_blocks = o.kv_tokens / o.block_size,
       .block_size = o.block_size,
       .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
-      // Per-sequence FP8 scales change with a chunk boundary; unquantized
-      // and per-token ones do not.
-      .chunked_prefill = !(o.quantization == "fp8" &&
-                           o.sequence_activation_scales),
+      .chunked_prefill = o.chunked_prefill,
       .max_running = absl::GetFlag(FLAGS_max_running),
       .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;
