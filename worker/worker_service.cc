@@ -397,11 +397,25 @@ absl::Status WorkerService::ScorePrompts(const rpc::StepRequest& request,
 absl::StatusOr<std::optional<SampleRow>> WorkerService::SampleRowFor(
     const rpc::SequenceStep& q, int64_t logits_row) {
   SeqState& state = seqs_[q.seq_id()];
-  // Every token fed, in order; a sequence fed again from an earlier
-  // position (recomputed after a preemption) rewrites its history there.
-  if (static_cast<int64_t>(state.history.size()) > q.start()) {
-    state.history.resize(q.start());
+  // Every token fed, in order, or found in the prefix cache; a sequence
+  // fed again from an earlier position (recomputed after a preemption)
+  // rewrites its history there.
+  if (q.cached_prefix_size() > 0) {
+    if (q.cached_prefix_size() != q.start()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step: sequence ", q.seq_id(), " starts at position ", q.start(),
+          " after ", q.cached_prefix_size(), " cached tokens"));
+    }
+    state.history.assign(q.cached_prefix().begin(), q.cached_prefix().end());
   }
+  if (static_cast<int64_t>(state.history.size()) < q.start()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: sequence ", q.seq_id(), " starts at position ",
+                     q.start(), " but only ", state.history.size(),
+                     " of its tokens came before (a prefix-cache hit must "
+                     "send them as cached_prefix)"));
+  }
+  state.history.resize(q.start());
   state.history.insert(state.history.end(), q.tokens().begin(),
                        q.tokens().end());
   if (!q.sample()) return std::nullopt;
