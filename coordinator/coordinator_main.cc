@@ -113,6 +113,11 @@ ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache block");
 ABSL_FLAG(int64_t, max_tokens_per_step, 2048,
           "token budget of one step: decodes first, then prompts in chunks "
           "of what is left (a running stream waits at most one such step)");
+ABSL_FLAG(bool, prefix_caching, true,
+          "keep full KV-cache blocks after their request ends, for the next "
+          "request that begins with the same tokens (a hit changes no "
+          "result); --noprefix_caching: off. Always off with "
+          "--activation_scales sequence");
 ABSL_FLAG(int64_t, max_batch_tokens, 0,
           "the old name of --max_tokens_per_step (taken, with a warning); 0: "
           "unset");
@@ -234,6 +239,8 @@ struct CoordinatorOptions {
   // Prompts cut into chunks (ResolveMethod: unless the FP8 scales are
   // dynamic and per sequence, which a chunk boundary would change).
   bool chunked_prefill = true;
+  // --prefix_caching, and chunked prefill (ResolveMethod).
+  bool prefix_caching = true;
   rpc::Device device = rpc::DEVICE_AUTO;
   rpc::Transport transport = rpc::TRANSPORT_SHM;
   int port = 0, metrics_port = 0;
@@ -577,14 +584,19 @@ absl::Status ResolveMethod(CoordinatorOptions& o, const ModelConfig& config) {
   const bool per_token = !o.sequence_activation_scales ||
                          (config.fp8 && config.fp8->activation_per_token);
   o.chunked_prefill = !dynamic || per_token;
-  std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s%s\n",
+  const bool caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.prefix_caching = caching && o.chunked_prefill;
+  std::fprintf(stderr, "coordinator: quantization %s (%s)%s%s%s; %s\n",
                o.quantization.c_str(), o.quantization_scheme.c_str(),
                flag == "auto" ? ", as the checkpoint's config.json says" : "",
                at_load ? ", quantized at load" : "",
                !dynamic    ? ""
                : per_token ? ", activation scales per token"
                            : ", activation scales per sequence (prompts "
-                             "whole, not chunked)");
+                             "whole, not chunked)",
+               o.prefix_caching ? "prefix caching on"
+               : caching        ? "no prefix caching (it needs chunks)"
+                                : "no prefix caching (--noprefix_caching)");
   return absl::OkStatus();
 }
 
@@ -729,6 +741,7 @@ EngineOptions EngineOptionsFor(const CoordinatorOptions& o,
       .block_size = o.block_size,
       .max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step),
       .chunked_prefill = o.chunked_prefill,
+      .prefix_caching = o.prefix_caching,
       .max_running = absl::GetFlag(FLAGS_max_running),
       .max_waiting = absl::GetFlag(FLAGS_max_queue)};
   e.metrics = &metrics;

@@ -363,6 +363,8 @@ void Engine::RunStep(const StepPlan& plan) {
     s->mutable_tokens()->Add(q.tokens.begin(), q.tokens.end());
     s->mutable_block_table()->Add(q.block_table->begin(), q.block_table->end());
     s->set_sample(q.sample);
+    s->mutable_cached_prefix()->Add(q.cached_prefix.begin(),
+                                    q.cached_prefix.end());
     rpc::Sampling* p = s->mutable_sampling();
     p->set_temperature(a.request.temperature);
     p->set_top_p(a.request.top_p);
@@ -384,6 +386,7 @@ void Engine::RunStep(const StepPlan& plan) {
     RefusedStep(plan, response.status());
     return;
   }
+  scheduler_->Written(plan);
   for (const rpc::PromptLogprobs& p : response->prompt_logprobs()) {
     auto it = active_.find(p.seq_id());
     if (it != active_.end()) KeepPromptLogprobs(*it->second, p);
@@ -455,7 +458,7 @@ void Engine::PublishLoadLocked() {
   options_.metrics->SetLoad(
       scheduler_->waiting() + static_cast<int64_t>(submitted_.size()),
       scheduler_->running(), scheduler_->used_blocks(),
-      scheduler_->free_blocks());
+      scheduler_->free_blocks(), scheduler_->cached_blocks());
 }
 
 // Each turn: drain the inbox → cancel → admit → replace a failed group →
@@ -515,8 +518,10 @@ void Engine::TakeSubmitted(Inbox& inbox) {
 void Engine::Admit(std::deque<std::unique_ptr<Active>>& fresh) {
   for (auto& a : fresh) {
     const uint64_t id = a->id;
+    // A prompt to score is fed whole: nothing of it from the prefix cache.
     absl::Status s =
-        scheduler_->Add(id, a->request.prompt, a->request.max_new_tokens);
+        scheduler_->Add(id, a->request.prompt, a->request.max_new_tokens,
+                        /*use_prefix_cache=*/!a->request.prompt_logprobs);
     if (!s.ok()) {
       End(*a, s, Finish::kLength);
       continue;
@@ -634,14 +639,16 @@ void Engine::RetireFailedGroup() {
   if (options_.on_serving) options_.on_serving(false, why);
   if (options_.metrics != nullptr) options_.metrics->WorkerGroupFailed();
   RequeueRunning(why);
+  scheduler_->ClearCache();  // the keys and values went with the group
   PublishLoad();
   group_.reset();
 }
 
 void Engine::StepOnce() {
   const StepPlan plan = scheduler_->Schedule();
-  if (options_.metrics != nullptr && !plan.preempted.empty()) {
-    options_.metrics->Preemptions(static_cast<int64_t>(plan.preempted.size()));
+  if (Metrics* m = options_.metrics; m != nullptr) {
+    m->Preemptions(static_cast<int64_t>(plan.preempted.size()));
+    m->PrefixCacheLookups(plan.cache_queries, plan.cache_hits);
   }
   {
     absl::MutexLock lock(&mu_);

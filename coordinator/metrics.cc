@@ -54,7 +54,15 @@ Metrics::Metrics()
       blocks_used_(NewGauge(*registry_, "octet_kv_blocks_used",
                             "KV-cache blocks held by sequences")),
       blocks_free_(
-          NewGauge(*registry_, "octet_kv_blocks_free", "KV-cache blocks free")),
+          NewGauge(*registry_, "octet_kv_blocks_free",
+                   "KV-cache blocks not held by a sequence (cached ones "
+                   "included)")),
+      blocks_cached_(NewGauge(*registry_, "octet_prefix_cache_blocks",
+                              "KV-cache blocks in the prefix cache (held or "
+                              "not)")),
+      hit_rate_(NewGauge(*registry_, "octet_prefix_cache_hit_rate",
+                         "Prompt tokens found in the prefix cache over those "
+                         "looked up, since the start")),
       prompt_tokens_(NewCounter(*registry_, "octet_prompt_tokens_total",
                                 "Prompt tokens of requests that got their "
                                 "first token (once per request)")),
@@ -67,6 +75,12 @@ Metrics::Metrics()
                                  "octet_worker_group_failures_total",
                                  "Worker groups that failed or did not start "
                                  "(each is replaced)")),
+      cache_queries_(NewCounter(*registry_, "octet_prefix_cache_queries_total",
+                                "Prompt tokens looked up in the prefix cache "
+                                "(prompts asking for their logprobs are "
+                                "not)")),
+      cache_hits_(NewCounter(*registry_, "octet_prefix_cache_hits_total",
+                             "Prompt tokens found in the prefix cache")),
       ttft_(NewHistogram(*registry_, "octet_time_to_first_token_seconds",
                          "From a request's arrival to its first token",
                          kLatencyBuckets)),
@@ -96,8 +110,16 @@ void Metrics::RequestEnded(absl::StatusCode code,
       .Increment();
 }
 
+void Metrics::PrefixCacheLookups(int64_t queries, int64_t hits) {
+  if (queries == 0) return;
+  cache_queries_.Increment(static_cast<double>(queries));
+  cache_hits_.Increment(static_cast<double>(hits));
+  hit_rate_.Set(cache_hits_.Value() / cache_queries_.Value());
+}
+
 void Metrics::SetLoad(int64_t waiting, int64_t running, int64_t blocks_used,
-                      int64_t blocks_free) {
+                      int64_t blocks_free, int64_t blocks_cached) {
+  blocks_cached_.Set(static_cast<double>(blocks_cached));
   waiting_.Set(static_cast<double>(waiting));
   running_.Set(static_cast<double>(running));
   blocks_used_.Set(static_cast<double>(blocks_used));

@@ -4,7 +4,12 @@
 //   octet_requests_total{code, finish_reason}   requests ended, by gRPC status
 //                                               code and (for OK) why
 //   octet_requests_waiting, octet_requests_running
-//   octet_kv_blocks_used, octet_kv_blocks_free
+//   octet_kv_blocks_used, octet_kv_blocks_free (cached ones not in use
+//                                               count as free)
+//   octet_prefix_cache_queries_total,          prompt tokens looked up in the
+//   octet_prefix_cache_hits_total              prefix cache, and found
+//   octet_prefix_cache_hit_rate                hits / queries so far
+//   octet_prefix_cache_blocks                  blocks a request can find
 //   octet_prompt_tokens_total, octet_generation_tokens_total
 //   octet_preemptions_total, octet_worker_group_failures_total
 //   octet_time_to_first_token_seconds, octet_inter_token_latency_seconds,
@@ -47,9 +52,11 @@ class Metrics {
   void GenerationTokens(int64_t n) { generation_tokens_.Increment(n); }
   void Preemptions(int64_t n) { preemptions_.Increment(n); }
   void WorkerGroupFailed() { group_failures_.Increment(); }
+  // Tokens a step's admissions looked up in the prefix cache, and found.
+  void PrefixCacheLookups(int64_t queries, int64_t hits);
   // The scheduler's state after a step.
   void SetLoad(int64_t waiting, int64_t running, int64_t blocks_used,
-               int64_t blocks_free);
+               int64_t blocks_free, int64_t blocks_cached);
   // Requests waiting, when one more arrives.
   void SetWaiting(int64_t waiting) {
     waiting_.Set(static_cast<double>(waiting));
@@ -58,9 +65,10 @@ class Metrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter> &requests_;
-  prometheus::Gauge &waiting_, &running_, &blocks_used_, &blocks_free_;
+  prometheus::Gauge &waiting_, &running_, &blocks_used_, &blocks_free_,
+      &blocks_cached_, &hit_rate_;
   prometheus::Counter &prompt_tokens_, &generation_tokens_, &preemptions_,
-      &group_failures_;
+      &group_failures_, &cache_queries_, &cache_hits_;
   prometheus::Histogram &ttft_, &itl_, &e2e_;
 };
 

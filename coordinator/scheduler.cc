@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,15 +28,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   return std::unique_ptr<Scheduler>(new Scheduler(o));
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
-  // Lowest ids handed out first.
-  for (int64_t b = options.num_blocks - 1; b >= 0; --b) {
-    free_blocks_.push_back(static_cast<int32_t>(b));
-  }
-}
+Scheduler::Scheduler(const SchedulerOptions& options)
+    : options_(options),
+      pool_(options.num_blocks, options.block_size,
+            options.prefix_caching && options.chunked_prefill) {}
 
 absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
-                            int64_t max_new_tokens) {
+                            int64_t max_new_tokens, bool use_prefix_cache) {
   if (seqs_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
   }
@@ -57,6 +56,7 @@ absl::Status Scheduler::Add(SeqId id, std::vector<int32_t> prompt,
   seq->arrival = arrivals_++;
   seq->prompt_size = static_cast<int64_t>(prompt.size());
   seq->tokens = std::move(prompt);
+  seq->use_prefix_cache = use_prefix_cache;
   waiting_.push_back(seq.get());
   seqs_[id] = std::move(seq);
   return absl::OkStatus();
@@ -78,19 +78,18 @@ bool Scheduler::Grow(Seq& seq, int64_t tokens) {
   const int64_t more =
       BlocksFor(tokens) - static_cast<int64_t>(seq.blocks.size());
   if (more > free_blocks()) return false;
-  for (int64_t i = 0; i < more; ++i) {
-    seq.blocks.push_back(free_blocks_.back());
-    free_blocks_.pop_back();
-  }
+  for (int64_t i = 0; i < more; ++i) seq.blocks.push_back(pool_.Take());
   return true;
 }
 
 void Scheduler::Release(Seq& seq) {
-  // Back in reverse, so that the next taker gets them in the same order.
+  // Back in reverse: the next taker gets free ones in the same order, and
+  // cached ones are evicted from the sequence's end, its prefix last.
   for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b) {
-    free_blocks_.push_back(*b);
+    pool_.Release(*b);
   }
   seq.blocks.clear();
+  seq.cached_blocks = 0;
   seq.computed = 0;
   seq.awaiting_token = false;
 }
@@ -203,20 +202,61 @@ void Scheduler::Admit(StepPlan& plan, int64_t& budget) {
          (budget > 0 || !options_.chunked_prefill) &&
          running() < options_.max_running) {
     Seq* seq = waiting_.front();
+    FindPrefix(*seq);
     int64_t n = Wanted(*seq);
     if (options_.chunked_prefill) {
       n = std::min(n, budget);
     } else if (admitted && n > budget) {
       break;
     }
-    if (!Grow(*seq, n)) break;
+    if (!Grow(*seq, seq->computed + n)) {
+      Release(*seq);  // what it found goes back to the cache
+      break;
+    }
     waiting_.pop_front();
     running_.insert(
         std::upper_bound(running_.begin(), running_.end(), seq, by_arrival),
         seq);
+    const int64_t hit = seq->computed;
     Plan(*seq, n, plan);
+    if (seq->use_prefix_cache) {
+      plan.cache_queries += static_cast<int64_t>(seq->tokens.size());
+      plan.cache_hits += hit;
+    }
+    if (hit > 0) {
+      plan.seqs.back().cached_prefix.assign(seq->tokens.begin(),
+                                            seq->tokens.begin() + hit);
+    }
     budget -= n;
     admitted = true;
+  }
+}
+
+void Scheduler::FindPrefix(Seq& seq) {
+  if (!seq.use_prefix_cache) return;
+  // Whole blocks, short of the last token.
+  const int64_t most =
+      (static_cast<int64_t>(seq.tokens.size()) - 1) / options_.block_size;
+  seq.blocks = pool_.Match(seq.tokens, most);
+  seq.cached_blocks = seq.blocks.size();
+  seq.computed = static_cast<int64_t>(seq.blocks.size()) * options_.block_size;
+}
+
+void Scheduler::Written(const StepPlan& plan) {
+  const int64_t block = options_.block_size;
+  for (const ScheduledSeq& q : plan.seqs) {
+    auto it = seqs_.find(q.id);
+    if (it == seqs_.end()) continue;
+    Seq& seq = *it->second;
+    const size_t full = std::min(
+        seq.blocks.size(),
+        static_cast<size_t>((q.start + static_cast<int64_t>(q.tokens.size())) /
+                            block));
+    for (; seq.cached_blocks < full; ++seq.cached_blocks) {
+      pool_.Cache(seq.blocks, seq.cached_blocks,
+                  std::span<const int32_t>(seq.tokens)
+                      .subspan(seq.cached_blocks * block, block));
+    }
   }
 }
 

@@ -1,12 +1,12 @@
-// Continuous batching with chunked prefill: which sequences run in the
-// next forward pass, with which of their tokens, and where their keys and
-// values live in the workers' paged KV cache.
+// Continuous batching with chunked prefill and automatic prefix caching:
+// which sequences run in the next forward pass, with which of their tokens,
+// and where their keys and values live in the workers' paged KV cache.
 //
 // The scheduler owns the block accounting (the workers only store blocks at
-// the slots they are told): a sequence holds ceil(cached tokens / block
-// size) blocks, taken as it grows and all returned when it finishes or is
-// cancelled. Each step spends a token budget (max_tokens_per_step), in this
-// order:
+// the slots they are told; block_pool.h): a sequence holds ceil(cached
+// tokens / block size) blocks, taken as it grows and all given back when it
+// finishes or is cancelled. Each step spends a token budget
+// (max_tokens_per_step), in this order:
 //   1. decodes: running sequences whose prompt is in the cache feed their
 //      last sampled token, oldest first. When blocks run out the youngest
 //      running sequence is preempted: it gives back its blocks and goes
@@ -24,10 +24,22 @@
 // tokens must not: the workers scale FP8 activations per token and sum
 // attention over cached keys as over a chunk's own, so a chunk boundary
 // changes no bit (tests/coordinator/chunked_prefill_test).
+//
+// Prefix caching: once a step has written a sequence's full block, the
+// block is cached (block_pool.h), and it stays cached after the sequence
+// ends, until its room is needed. An admission first takes the longest run
+// of cached blocks that begins its tokens (whole blocks, never its last
+// token, which must be fed to give logits) and starts its prompt after
+// them: a hit is one more chunk boundary, so it changes no bit either (the
+// same test). A sequence that asks for its prompt's logprobs looks nothing
+// up (every prompt token must be fed to be scored); a preempted one finds
+// its own blocks if they are still there. Forget the cache (ClearCache)
+// when the workers' cache is lost.
+//
 // With chunked_prefill off (the workers' --activation_scales sequence: a
 // scale per sequence's rows in one call), each prompt runs whole in the
-// step that admits it, and one longer than the budget left runs as the
-// step's only admission.
+// step that admits it, one longer than the budget left runs as the step's
+// only admission, and nothing is cached.
 // Not thread-safe: the coordinator's step loop owns it.
 #pragma once
 
@@ -38,6 +50,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "coordinator/block_pool.h"
 
 namespace octet {
 
@@ -49,6 +62,8 @@ struct SchedulerOptions {
   int64_t max_tokens_per_step = 2048;
   // Prompts cut into chunks to fit the budget (see above); off: whole.
   bool chunked_prefill = true;
+  // Full blocks kept and shared (see above); only with chunked_prefill.
+  bool prefix_caching = true;
   int64_t max_running = 64;    // sequences in one forward at most
   int64_t max_waiting = 1024;  // queued sequences; more: RESOURCE_EXHAUSTED
 };
@@ -64,12 +79,18 @@ struct ScheduledSeq {
   // until the next call that changes the scheduler.
   const std::vector<int32_t>* block_table = nullptr;
   bool sample = false;  // this step gives the sequence's next token
+  // In the step that admits it after a prefix-cache hit: its tokens before
+  // `start`, found in the cache and so never fed (the sampler's penalties
+  // need them).
+  std::vector<int32_t> cached_prefix;
 };
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   // Sequences that lost their KV blocks in this step (recomputed later).
   std::vector<SeqId> preempted;
+  // Tokens this step's admissions looked up in the prefix cache, and found.
+  int64_t cache_queries = 0, cache_hits = 0;
   int64_t tokens() const;
 };
 
@@ -79,11 +100,12 @@ class Scheduler {
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options);
 
-  // Queues a new sequence. ResourceExhausted when the queue is full;
+  // Queues a new sequence, which starts from the prefix cache if
+  // `use_prefix_cache`. ResourceExhausted when the queue is full;
   // InvalidArgument when prompt plus max_new_tokens could never fit in the
   // whole cache; AlreadyExists for an id in use.
   absl::Status Add(SeqId id, std::vector<int32_t> prompt,
-                   int64_t max_new_tokens);
+                   int64_t max_new_tokens, bool use_prefix_cache = true);
 
   // Whether a sequence of prompt_tokens + max_new_tokens fits in the whole
   // cache at all (what Add checks): InvalidArgument saying what it needs.
@@ -92,6 +114,12 @@ class Scheduler {
 
   // The next step; empty when nothing can run.
   StepPlan Schedule();
+
+  // The workers ran `plan` (or a part of it): the full blocks it wrote are
+  // cached.
+  void Written(const StepPlan& plan);
+  // The workers' cache is lost (a new group): nothing cached is kept.
+  void ClearCache() { pool_.Clear(); }
 
   // The token a step sampled for `id` (a sequence with sample = true).
   // FailedPrecondition if `id` is not running or did not sample.
@@ -114,10 +142,10 @@ class Scheduler {
 
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t free_blocks() const {
-    return static_cast<int64_t>(free_blocks_.size());
-  }
+  // Blocks not in use (free, or cached and kept for later).
+  int64_t free_blocks() const { return pool_.available(); }
   int64_t used_blocks() const { return options_.num_blocks - free_blocks(); }
+  int64_t cached_blocks() const { return pool_.cached(); }
   // The sequences in the running batch (not the waiting ones).
   std::vector<SeqId> running_ids() const;
   // Every token of `id` so far: prompt, then generated (empty if unknown).
@@ -134,6 +162,8 @@ class Scheduler {
     int64_t prompt_size = 0;
     bool replay = false;  // requeued: replays its generated tokens one a step
     uint64_t planned = 0;  // the last step (steps_) it was planned in
+    bool use_prefix_cache = true;
+    size_t cached_blocks = 0;  // of `blocks`, those cached (or found)
   };
 
   explicit Scheduler(const SchedulerOptions& options);
@@ -158,12 +188,14 @@ class Scheduler {
   void ToWaiting(Seq* seq);
   // Plans `n` tokens of `seq` from its computed ones.
   void Plan(Seq& seq, int64_t n, StepPlan& plan);
+  // A waiting `seq` takes the cached blocks that begin its tokens.
+  void FindPrefix(Seq& seq);
 
   const SchedulerOptions options_;
   absl::flat_hash_map<SeqId, std::unique_ptr<Seq>> seqs_;
   std::deque<Seq*> waiting_;   // arrival order (preempted ones in front)
   std::vector<Seq*> running_;  // arrival order
-  std::vector<int32_t> free_blocks_;
+  BlockPool pool_;
   uint64_t arrivals_ = 0;
   uint64_t steps_ = 0;  // Schedule calls
 };

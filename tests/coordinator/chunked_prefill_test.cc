@@ -1,16 +1,19 @@
-// Octet's serving promise under chunked prefill: a request's generated
-// tokens, their logprobs and its prompt's logprobs are the same bits
+// Octet's serving promise under chunked prefill and prefix caching: a
+// request's generated tokens, their logprobs and its prompt's logprobs are
+// the same bits
 //   - alone, with its prompt whole in one step (the reference: TP = 1,
-//     a budget no prompt reaches, one request at a time), and
+//     a budget no prompt reaches, one request at a time, no prefix cache),
 //   - batched with others under a small token budget, so that its prompt is
 //     cut into chunks at places that depend on the load (mid-block too),
-//     while other requests decode in the same steps,
+//     while other requests decode in the same steps, and
+//   - starting from blocks of the prefix cache that earlier requests with
+//     the same first tokens left, alone and batched,
 // at TP = 1 and TP = 3, unquantized and in FP8 (per-token activation
 // scales), on real worker processes (engine.h over WorkerGroup). A model
 // with a sliding window (tiny-mistral, prompts past its window) is held to
-// the same. A negative control shows that the comparison can fail: FP8
-// with per-sequence scales (--activation_scales sequence), forced to chunk,
-// changes the bits.
+// the same. Negative controls show that the comparisons can fail: FP8
+// with per-sequence scales (--activation_scales sequence), forced to chunk
+// or to use the prefix cache, changes the bits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "coordinator/engine.h"
+#include "coordinator/metrics.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "tests/process_util.h"
@@ -73,11 +77,13 @@ struct Serving {
   int tp = 1;
   bool fp8 = false;
   bool sequence_scales = false;  // --activation_scales sequence
+  bool prefix_caching = false;
 };
 
 std::string Name(const Serving& s) {
   return absl::StrCat(s.preset, " TP=", s.tp, s.fp8 ? " fp8" : " none",
-                      s.sequence_scales ? " (per-sequence scales)" : "");
+                      s.sequence_scales ? " (per-sequence scales)" : "",
+                      s.prefix_caching ? " cached" : "");
 }
 
 // Prompts of several lengths (a block is 8 tokens), token ids in the
@@ -92,7 +98,8 @@ std::vector<std::vector<int32_t>> Prompts() {
   return prompts;
 }
 
-ValidRequest Request(const std::vector<int32_t>& prompt, size_t index) {
+ValidRequest Request(const std::vector<int32_t>& prompt, size_t index,
+                     bool prompt_logprobs = true) {
   ValidRequest r;
   r.prompt = prompt;
   // Greedy and seeded sampling, alternately.
@@ -100,8 +107,51 @@ ValidRequest Request(const std::vector<int32_t>& prompt, size_t index) {
   r.seed = 1000 + index;
   r.max_new_tokens = 8;
   r.logprobs = true;
-  r.prompt_logprobs = true;
+  r.prompt_logprobs = prompt_logprobs;
   return r;
+}
+
+std::vector<ValidRequest> Requests(
+    const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<ValidRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests.push_back(Request(prompts[i], i));
+  }
+  return requests;
+}
+
+// Requests whose prompts share first tokens (a block is 8), so that each
+// finds the blocks of those before it in the prefix cache: 16, 32 and 40
+// tokens of a common head, and one of 61 (past tiny-mistral's window) that
+// finds its own in the second round. The last one asks for its prompt's logprobs, so
+// it feeds its whole prompt all the same.
+std::vector<ValidRequest> SharedPrefixRequests() {
+  std::vector<int32_t> head(48);
+  for (int i = 0; i < 48; ++i) head[i] = 1 + (53 * i + 7) % 300;
+  auto first = [&](int n, std::vector<int32_t> tail = {}) {
+    std::vector<int32_t> p(head.begin(), head.begin() + n);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  std::vector<ValidRequest> requests;
+  for (const std::vector<int32_t>& p :
+       {first(21), first(40), first(33, {5, 6, 7}), first(17, {9, 9, 9}),
+        Prompts()[3], first(41, {11})}) {
+    requests.push_back(Request(p, requests.size(), /*prompt_logprobs=*/false));
+  }
+  requests.back().prompt_logprobs = true;
+  // Its penalty counts the tokens found in the cache as the ones fed.
+  requests[2].repetition_penalty = 1.3f;
+  return requests;
+}
+
+// A counter's value in the metrics.
+double Counter(Metrics& metrics, const std::string& name) {
+  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
+    if (f.name == name && !f.metric.empty()) return f.metric[0].counter.value;
+  }
+  ADD_FAILURE() << "no metric " << name;
+  return 0;
 }
 
 class ChunkedPrefillTest : public ::testing::Test {
@@ -125,14 +175,17 @@ class ChunkedPrefillTest : public ::testing::Test {
 
   // An engine over one worker group of `s`, with this step budget.
   static std::unique_ptr<Engine> Start(const Serving& s, int64_t budget,
-                                       const Tokenizer& tokenizer) {
+                                       const Tokenizer& tokenizer,
+                                       Metrics* metrics = nullptr) {
     EngineOptions o;
     o.scheduler = {.num_blocks = 128,
                    .block_size = 8,
                    .max_tokens_per_step = budget,
                    .chunked_prefill = true,
+                   .prefix_caching = s.prefix_caching,
                    .max_running = 16,
                    .max_waiting = 64};
+    o.metrics = metrics;
     o.start_group = [s](StartCancel& cancel) {
       WorkerGroupOptions g;
       g.tp = s.tp;
@@ -155,24 +208,30 @@ class ChunkedPrefillTest : public ::testing::Test {
     return e.ok() ? *std::move(e) : nullptr;
   }
 
-  // The answers to Prompts(): one at a time, or all submitted at once.
-  static std::vector<Answer> Serve(const Serving& s, int64_t budget,
-                                   bool together) {
+  // The answers to `requests` (Prompts() by default) on a new engine.
+  static std::vector<Answer> Serve(
+      const Serving& s, int64_t budget, bool together,
+      const std::vector<ValidRequest>& requests = Requests(Prompts())) {
     auto tokenizer = Tokenizer::Load(Model(s.preset));
     EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
     if (!tokenizer.ok()) return {};
     std::unique_ptr<Engine> engine = Start(s, budget, **tokenizer);
     if (engine == nullptr) return {};
-    const std::vector<std::vector<int32_t>> prompts = Prompts();
+    return Run(*engine, requests, together);
+  }
+
+  // The answers to `requests`: one at a time, or all submitted at once.
+  static std::vector<Answer> Run(Engine& engine,
+                                 const std::vector<ValidRequest>& requests,
+                                 bool together) {
     std::vector<std::unique_ptr<Got>> got;
     auto wait = [&](Got& g) {
       EXPECT_TRUE(g.done.WaitForNotificationWithTimeout(absl::Seconds(120)));
     };
-    for (size_t i = 0; i < prompts.size(); ++i) {
+    for (const ValidRequest& r : requests) {
       got.push_back(std::make_unique<Got>());
-      EXPECT_TRUE(engine->Submit(Request(prompts[i], i), got[i]->Callbacks())
-                      .ok());
-      if (!together) wait(*got[i]);
+      EXPECT_TRUE(engine.Submit(r, got.back()->Callbacks()).ok());
+      if (!together) wait(*got.back());
     }
     std::vector<Answer> answers;
     for (auto& g : got) {
@@ -212,6 +271,46 @@ class ChunkedPrefillTest : public ::testing::Test {
     }
   }
 
+  // The shared-prefix requests served with the prefix cache, at the TP
+  // degrees given, on one engine each: one at a time (each finds its
+  // predecessors' blocks), then all at once under a budget of 16 (each
+  // finds the first round's), against each alone without a cache.
+  static void ExpectCacheHitsChangeNothing(const std::string& preset,
+                                           bool fp8,
+                                           const std::vector<int>& tps) {
+    const std::vector<ValidRequest> requests = SharedPrefixRequests();
+    const std::vector<Answer> want =
+        Serve({preset, 1, fp8}, 4096, /*together=*/false, requests);
+    ASSERT_EQ(want.size(), requests.size());
+    for (int tp : tps) {
+      const Serving s{preset, tp, fp8, false, /*prefix_caching=*/true};
+      auto tokenizer = Tokenizer::Load(Model(s.preset));
+      ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+      Metrics metrics;
+      std::unique_ptr<Engine> engine = Start(s, 16, **tokenizer, &metrics);
+      ASSERT_NE(engine, nullptr);
+      for (bool together : {false, true}) {
+        const std::vector<Answer> got = Run(*engine, requests, together);
+        ASSERT_EQ(got.size(), want.size()) << Name(s);
+        for (size_t i = 0; i < want.size(); ++i) {
+          const std::string where =
+              absl::StrCat(Name(s), together ? ", batched" : ", one by one",
+                           ", request ", i);
+          EXPECT_EQ(got[i].tokens, want[i].tokens) << where;
+          EXPECT_EQ(got[i].logprobs, want[i].logprobs) << where;
+          EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << where;
+        }
+      }
+      // Found, first round: 16 (of the first prompt's), 32 (of the
+      // second's), 16; the second round: each prompt's own blocks short of
+      // its last token, 16 + 32 + 32 + 16 + 56; the last one looks nothing
+      // up.
+      EXPECT_EQ(Counter(metrics, "octet_prefix_cache_hits_total"),
+                64 + 152)
+          << Name(s);
+    }
+  }
+
   static fs::path* dir_;
 };
 
@@ -239,6 +338,32 @@ TEST_F(ChunkedPrefillTest, PerSequenceScalesWouldChangeWithChunks) {
   ASSERT_EQ(whole.size(), Prompts().size());
   ASSERT_EQ(chunked.size(), whole.size());
   EXPECT_NE(chunked, whole);
+}
+
+TEST_F(ChunkedPrefillTest, PrefixCacheHitsUnquantizedAtTp1And3) {
+  ExpectCacheHitsChangeNothing("tiny-smollm", false, {1, 3});
+}
+
+TEST_F(ChunkedPrefillTest, PrefixCacheHitsFp8AtTp1And3) {
+  ExpectCacheHitsChangeNothing("tiny-smollm", true, {1, 3});
+}
+
+TEST_F(ChunkedPrefillTest, PrefixCacheHitsSlidingWindowFp8) {
+  ExpectCacheHitsChangeNothing("tiny-mistral", true, {1});
+}
+
+// The control: with per-sequence scales a hit changes the rows the scale
+// of the rest of the prompt is taken over, and so the bits.
+TEST_F(ChunkedPrefillTest, PerSequenceScalesWouldChangeWithCacheHits) {
+  const std::vector<ValidRequest> requests = SharedPrefixRequests();
+  Serving s{"tiny-smollm", 1, true, /*sequence_scales=*/true};
+  const std::vector<Answer> alone = Serve(s, 4096, false, requests);
+  s.prefix_caching = true;
+  const std::vector<Answer> cached = Serve(s, 4096, false, requests);
+  ASSERT_EQ(alone.size(), requests.size());
+  ASSERT_EQ(cached.size(), alone.size());
+  EXPECT_EQ(cached[0], alone[0]);  // the first finds nothing
+  EXPECT_NE(cached, alone);
 }
 
 }  // namespace

@@ -459,6 +459,33 @@ TEST_F(EngineTest, AKilledWorkersRequestsResumeOnTheNewGroupAsTheyWere) {
       seconds);
 }
 
+// The prefix cache goes with the group whose workers held it: a prompt
+// served before a worker died, served again on the new group, finds
+// nothing in the cache (the new workers hold no keys) and gets the same
+// tokens.
+TEST_F(EngineTest, AReplacedGroupsPrefixCacheIsForgotten) {
+  auto engine = Start();
+  std::vector<int32_t> prompt(20);
+  for (int i = 0; i < 20; ++i) prompt[i] = 1 + (7 * i) % 250;
+  Received first;
+  ASSERT_TRUE(engine->Submit(Greedy(prompt, 4), first.Callbacks()).ok());
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(first.outcome.status.ok()) << first.outcome.status;
+  EXPECT_EQ(first.tokens, Expected(prompt, 4));
+  KillRankOneAndWaitForTheFailure(*engine);
+  {
+    absl::MutexLock lock(&mu_);
+    hold_replacement_ = false;
+  }
+  Received again;
+  ASSERT_TRUE(engine->Submit(Greedy(prompt, 4), again.Callbacks()).ok());
+  ASSERT_TRUE(again.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(again.outcome.status.ok()) << again.outcome.status;
+  EXPECT_EQ(again.tokens, first.tokens);
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(groups_, 2);
+}
+
 // A step stuck on a stopped rank (here its health check would take minutes
 // to fail) holds up nothing else: a new request queues and, cancelled, ends
 // at once; a cancel of a request in the stuck step waits for the step; and

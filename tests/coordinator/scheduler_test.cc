@@ -1,8 +1,9 @@
 // The continuous-batching scheduler (coordinator/scheduler.h): token budget,
 // chunked prefill (and whole prompts without it), first-come-first-served
 // admission, block accounting, preemption with recompute, cancellation, the
-// queue limit; and random runs, chunked and not, checked against the
-// invariants at every step.
+// queue limit, prefix caching; and random runs, chunked and not, with
+// shared prefixes, checked against the invariants at every step (with
+// caching, against a model of what the workers' blocks hold).
 #include "coordinator/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -499,6 +500,211 @@ TEST(SchedulerTest, ChunkedRandomRunsKeepTheInvariants) {
   EXPECT_GT(preempted, 0u);
   EXPECT_GT(chunks, 0u);
   EXPECT_EQ(s->used_blocks(), 0);
+}
+
+// Written after each step, as the engine does, and the sampled tokens.
+void StepDone(Scheduler& s, const StepPlan& plan, int32_t token = 7) {
+  s.Written(plan);
+  AppendSampled(s, plan, token);
+}
+
+TEST(SchedulerTest, ARepeatedPromptStartsAfterItsCachedBlocks) {
+  auto s = Make(100, 4, 64);
+  ASSERT_TRUE(s->Add(1, Prompt(10), 1).ok());
+  StepPlan p = s->Schedule();
+  EXPECT_EQ(p.cache_queries, 10);
+  EXPECT_EQ(p.cache_hits, 0);
+  StepDone(*s, p);
+  const std::vector<int32_t> first = *p.seqs[0].block_table;
+  s->Finish(1);
+  EXPECT_EQ(s->cached_blocks(), 2);  // the two full blocks
+  EXPECT_EQ(s->used_blocks(), 0);
+
+  // The same prompt: its first 8 tokens are found, 2 are fed.
+  ASSERT_TRUE(s->Add(2, Prompt(10), 4).ok());
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].start, 8);
+  EXPECT_EQ(p.seqs[0].tokens, (std::vector<int32_t>{108, 109}));
+  EXPECT_EQ(p.seqs[0].cached_prefix, Prompt(8));
+  EXPECT_TRUE(p.seqs[0].sample);
+  ASSERT_EQ(p.seqs[0].block_table->size(), 3u);
+  EXPECT_EQ((*p.seqs[0].block_table)[0], first[0]);
+  EXPECT_EQ((*p.seqs[0].block_table)[1], first[1]);
+  EXPECT_EQ(p.cache_queries, 10);
+  EXPECT_EQ(p.cache_hits, 8);
+  StepDone(*s, p);
+  p = s->Schedule();  // then it decodes
+  EXPECT_TRUE(p.seqs[0].cached_prefix.empty());
+  EXPECT_EQ(p.seqs[0].start, 10);
+  StepDone(*s, p);
+
+  // Exactly two blocks long: the last token is fed, so one block is found.
+  // Shared with the running sequence 2.
+  ASSERT_TRUE(s->Add(3, Prompt(8), 1).ok());
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[1].start, 4);
+  EXPECT_EQ((*p.seqs[1].block_table)[0], first[0]);
+  EXPECT_EQ(p.seqs[1].tokens, (std::vector<int32_t>{104, 105, 106, 107}));
+}
+
+TEST(SchedulerTest, APromptToScoreOrCachingOffFindsNothing) {
+  for (bool caching : {true, false}) {
+    auto s = Scheduler::Create({.num_blocks = 100,
+                                .block_size = 4,
+                                .max_tokens_per_step = 64,
+                                .prefix_caching = caching});
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Add(1, Prompt(9), 1).ok());
+    StepPlan p = (*s)->Schedule();
+    StepDone(**s, p);
+    (*s)->Finish(1);
+    EXPECT_EQ((*s)->cached_blocks(), caching ? 2 : 0);
+    ASSERT_TRUE((*s)->Add(2, Prompt(9), 1, /*use_prefix_cache=*/false).ok());
+    ASSERT_TRUE((*s)->Add(3, Prompt(9), 1).ok());
+    p = (*s)->Schedule();
+    ASSERT_EQ(p.seqs.size(), 2u);
+    EXPECT_EQ(p.seqs[0].start, 0);
+    EXPECT_EQ(p.seqs[1].start, caching ? 8 : 0);
+    EXPECT_EQ(p.cache_queries, 9);  // 2 looked nothing up
+  }
+}
+
+TEST(SchedulerTest, APreemptedSequenceFindsItsOwnBlocks) {
+  // As OutOfBlocksTheYoungestIsPreemptedAndRecomputed, with caching: 2's
+  // first block (its prompt) is still cached when it comes back.
+  auto s = Make(3, 2, 16);
+  ASSERT_TRUE(s->Add(1, Prompt(2, 10), 4).ok());
+  ASSERT_TRUE(s->Add(2, Prompt(2, 20), 4).ok());
+  StepPlan p = s->Schedule();
+  s->Written(p);
+  ASSERT_TRUE(s->Append(1, 11).ok());
+  ASSERT_TRUE(s->Append(2, 21).ok());
+  p = s->Schedule();
+  EXPECT_EQ(p.preempted, (std::vector<SeqId>{2}));
+  StepDone(*s, p, 12);
+  s->Finish(1);
+  p = s->Schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].id, 2u);
+  EXPECT_EQ(p.seqs[0].start, 2);
+  EXPECT_EQ(p.seqs[0].cached_prefix, (std::vector<int32_t>{20, 21}));
+  EXPECT_EQ(p.seqs[0].tokens, (std::vector<int32_t>{21}));
+}
+
+TEST(SchedulerTest, ClearedCacheFindsNothing) {
+  auto s = Make(100, 4, 64);
+  ASSERT_TRUE(s->Add(1, Prompt(9), 1).ok());
+  StepDone(*s, s->Schedule());
+  s->Finish(1);
+  s->ClearCache();
+  EXPECT_EQ(s->cached_blocks(), 0);
+  ASSERT_TRUE(s->Add(2, Prompt(9), 1).ok());
+  EXPECT_EQ(s->Schedule().seqs[0].start, 0);
+}
+
+// What the workers' KV blocks hold, slot by slot: the identity of the whole
+// prefix that ends at the slot's position (so a slot holds the right keys
+// only if every token up to it is the same).
+class KvModel {
+ public:
+  KvModel(int64_t blocks, int64_t block_size)
+      : block_size_(block_size), slots_(blocks * block_size, 0) {}
+  // Checks that the blocks hold `tokens`' first q.start positions, or with
+  // `write`, writes the fed ones. A step reads before it writes (so that no
+  // sequence counts on another's writes of the same step).
+  void Step(const ScheduledSeq& q, const std::vector<int32_t>& tokens,
+            bool write) {
+    uint64_t prefix = 0;
+    const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
+    for (int64_t pos = 0; pos < end; ++pos) {
+      prefix = prefix * 1000003 + static_cast<uint64_t>(tokens[pos]) + 1;
+      uint64_t& slot = slots_[(*q.block_table)[pos / block_size_] *
+                                  block_size_ +
+                              pos % block_size_];
+      if (pos >= q.start && write) {
+        slot = prefix;
+      } else if (pos < q.start && !write) {
+        ASSERT_EQ(slot, prefix) << "sequence " << q.id << " position " << pos;
+      }
+    }
+  }
+
+ private:
+  const int64_t block_size_;
+  std::vector<uint64_t> slots_;
+};
+
+TEST(SchedulerTest, CachedRandomRunsReadOnlyWhatWasWritten) {
+  // Prompts from three families sharing prefixes, chunked under a small
+  // budget, sequences finishing, cancelled and preempted: every position a
+  // sequence does not feed must hold its own prefix's keys.
+  std::mt19937 rng(5);
+  constexpr int64_t kBlocks = 24;
+  auto s = Make(kBlocks, 4, 20, 6, 1000);
+  KvModel kv(kBlocks, 4);
+  std::set<SeqId> live;
+  SeqId next = 1;
+  int64_t hits = 0;
+  size_t preempted = 0;
+  auto step_once = [&]() {
+    const StepPlan p = s->Schedule();
+    preempted += p.preempted.size();
+    hits += p.cache_hits;
+    ASSERT_LE(p.tokens(), 20);
+    for (const ScheduledSeq& q : p.seqs) {
+      const std::vector<int32_t> tokens = s->tokens(q.id);
+      ASSERT_TRUE(std::equal(q.tokens.begin(), q.tokens.end(),
+                             tokens.begin() + q.start));
+      if (!q.cached_prefix.empty()) {
+        ASSERT_TRUE(std::equal(q.cached_prefix.begin(), q.cached_prefix.end(),
+                               tokens.begin(), tokens.begin() + q.start));
+      }
+      kv.Step(q, tokens, /*write=*/false);
+      if (HasFatalFailure()) return;
+    }
+    for (const ScheduledSeq& q : p.seqs) kv.Step(q, s->tokens(q.id), true);
+    ASSERT_EQ(s->used_blocks() + s->free_blocks(), kBlocks);
+    ASSERT_LE(s->cached_blocks(), kBlocks);
+    s->Written(p);
+    for (const ScheduledSeq& q : p.seqs) {
+      if (!q.sample) continue;
+      ASSERT_TRUE(s->Append(q.id, static_cast<int32_t>(rng() % 3)).ok());
+      if (s->tokens(q.id).size() >= 40) {
+        s->Finish(q.id);
+        live.erase(q.id);
+      }
+    }
+  };
+  for (int step = 0; step < 3000; ++step) {
+    // Now and then one or two prompts of a family; the second may come
+    // while the first is still prefilling.
+    for (int n = rng() % 3 == 0 ? 1 + rng() % 2 : 0; n > 0; --n) {
+      const int32_t family = static_cast<int32_t>(rng() % 3) * 1000;
+      std::vector<int32_t> prompt = Prompt(1 + rng() % 36, family);
+      // A different tail now and then, past a shared head.
+      if (rng() % 2 == 0) prompt.back() = static_cast<int32_t>(rng() % 50);
+      if (s->Add(next, prompt, 1 + rng() % 20).ok()) live.insert(next);
+      ++next;
+    }
+    if (!live.empty() && rng() % 7 == 0) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      s->Finish(*it);
+      live.erase(it);
+    }
+    step_once();
+    if (HasFatalFailure()) return;
+  }
+  for (int step = 0; step < 10000 && !live.empty(); ++step) {
+    step_once();
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_TRUE(live.empty()) << live.size() << " sequences never finished";
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(preempted, 0u);
+  EXPECT_EQ(s->used_blocks() + s->free_blocks(), kBlocks);
 }
 
 }  // namespace
