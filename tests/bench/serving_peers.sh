@@ -16,7 +16,9 @@
 # native CPU); SmolLM2-135M-Instruct (scripts/fetch-smollm2.sh, a Q4_1
 # GGUF) requantized by llama-quantize to BF16, and from that to Q8_0. Every
 # server then serves weights from the BF16 file: octet unquantized (none)
-# and FP8 (quantized at load), llama.cpp BF16 and Q8_0.
+# and FP8 (quantized at load), llama.cpp BF16 and Q8_0. The server
+# octet-fp8-nocache is octet FP8 with --noprefix_caching, to measure the
+# prefix cache against.
 # The client is vLLM's `vllm bench serve` (its code, vllm.benchmarks.serve,
 # in the virtualenv tests/pypi_venv.sh's pypi_venv_over makes): random
 # prompts of --input tokens, --output tokens each with ignore_eos,
@@ -30,7 +32,8 @@
 # It prints each run's output tokens/s, TTFT median and ITL median and p99,
 # and per concurrency the median over rounds with the spread (min-max), then
 # the ratios octet FP8 / llama.cpp Q8_0, octet FP8 / llama.cpp BF16 and
-# octet none / llama.cpp BF16 of output tokens/s, taken round by round.
+# octet none / llama.cpp BF16 of output tokens/s, taken round by round,
+# and with octet-fp8-nocache the TTFT ratio octet-fp8 / octet-fp8-nocache.
 # llama-server runs with -t THREADS --parallel (the largest concurrency)
 # and a context of that many sequences; octet with --threads THREADS.
 set -euo pipefail
@@ -72,7 +75,7 @@ for n in "$rounds" "$prompts" "$input" "$output" "$threads" $concurrency; do
   esac
 done
 for s in $servers; do
-  case "$s" in octet-fp8|octet-none|llama-q8_0|llama-bf16) ;;
+  case "$s" in octet-fp8|octet-none|octet-fp8-nocache|llama-q8_0|llama-bf16) ;;
     *) echo "serving_peers: unknown server $s" >&2; exit 2 ;;
   esac
 done
@@ -148,12 +151,16 @@ port=18611
 start_server() {
   local log="$work/$1-server.log"
   case "$1" in
-    octet-fp8|octet-none)
+    octet-*)
+      local quantization="${1#octet-}" more=""
+      if [ "$1" = octet-fp8-nocache ]; then
+        quantization=fp8 more=--noprefix_caching
+      fi
       # shellcheck disable=SC2086
       "$bin/coordinator" --model "$bf16" --tp 1 --device cpu \
-        --quantization "${1#octet-}" --threads "$threads" \
+        --quantization "$quantization" --threads "$threads" \
         --http_port "$port" --port $((port + 1)) --served_model_name smollm2 \
-        $octet_flags > "$log" 2>&1 & ;;
+        $more $octet_flags > "$log" 2>&1 & ;;
     llama-*)
       local file="$bf16"
       [ "$1" = llama-q8_0 ] && file="$q8"
@@ -256,4 +263,12 @@ for mine, theirs in (("octet-fp8", "llama-q8_0"), ("octet-fp8", "llama-bf16"),
                   load(theirs, r, c, d)["output_throughput"]
                   for r in range(1, rounds + 1)]
         print(f"{mine} / {theirs} {d:6} c={c:<3} {spread(ratios, '{:.2f}')}x")
+if "octet-fp8" in servers and "octet-fp8-nocache" in servers:
+    print()
+    print("TTFT median ratios octet-fp8 / octet-fp8-nocache, round by round")
+    for d, c in sets:
+        ratios = [load("octet-fp8", r, c, d)["median_ttft_ms"] /
+                  load("octet-fp8-nocache", r, c, d)["median_ttft_ms"]
+                  for r in range(1, rounds + 1)]
+        print(f"{d:6} c={c:<3} {spread(ratios, '{:.2f}')}x")
 PY
