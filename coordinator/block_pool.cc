@@ -53,7 +53,8 @@ std::vector<int32_t> BlockPool::Match(std::span<const int32_t> tokens,
   if (!caching_) return found;
   uint64_t key = 0;
   int32_t parent = -1;
-  for (int64_t i = 0; i < max_blocks; ++i) {
+  const int64_t whole = static_cast<int64_t>(tokens.size()) / block_size_;
+  for (int64_t i = 0; i < std::min(max_blocks, whole); ++i) {
     const auto block = tokens.subspan(i * block_size_, block_size_);
     key = Key(key, block);
     const int32_t b = Find(key, parent, block);
