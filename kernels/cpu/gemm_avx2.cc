@@ -4,8 +4,13 @@
 // times 2^-8, so e4m3_dot_scale is 256. Activations are prepared as exact
 // binary32 in natural K order, padded to 16 with zeros. Tiles of four weight
 // rows and up to two activation rows keep 8 accumulators, 2 weight and 4
-// activation vectors within the 16 ymm registers. The last K % 16 weights of
-// a raw row go through scalar code with the same scaling.
+// activation vectors within the 16 ymm registers. Past the last 16, eight
+// more weights (if there are) take one 8-wide step into the same
+// accumulators, and the last K % 8 go through scalar code with the same
+// scaling after the horizontal sum. The 8-wide step matters for narrow K
+// blocks (a row-parallel layer's, *BlockSums: SmolLM2's are 24 codes wide),
+// where a scalar tail of 8 was a third of the products; the weights are
+// never read past k (an e4m3 NaN code times a zero activation is NaN).
 #include <immintrin.h>
 
 #include "kernels/cpu/e4m3_simd.h"
@@ -49,8 +54,15 @@ inline void DecodeE4m3x16(const uint8_t* p, __m256& lo, __m256& hi) {
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
+// Eight codes -> eight binary32 values times 2^-8 (reads 8 bytes only).
+inline __m256 DecodeE4m3x8(const uint8_t* p) {
+  const __m256i h = E4m3HalfFixNanAvx2(
+      E4m3ToHalfAvx2(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+}
+
 // The rows tile over raw weights of element type W. Weight<W>::Load gives
-// sixteen binary32 weights, Weight<W>::Scalar one (the tail).
+// sixteen binary32 weights, Load8 eight, Weight<W>::Scalar one (the tail).
 template <typename W>
 struct Weight;
 template <>
@@ -58,6 +70,7 @@ struct Weight<uint8_t> {
   static void Load(const uint8_t* p, __m256& lo, __m256& hi) {
     DecodeE4m3x16(p, lo, hi);
   }
+  static __m256 Load8(const uint8_t* p) { return DecodeE4m3x8(p); }
   static float Scalar(uint8_t q) { return kE4m3DecodeTable[q] * kHalfScale; }
 };
 template <>
@@ -66,6 +79,7 @@ struct Weight<Bf16> {
     lo = WidenBf16(p);
     hi = WidenBf16(p + 8);
   }
+  static __m256 Load8(const Bf16* p) { return WidenBf16(p); }
   static float Scalar(Bf16 v) { return Bf16Value(v); }
 };
 template <>
@@ -74,6 +88,7 @@ struct Weight<float> {
     lo = _mm256_loadu_ps(p);
     hi = _mm256_loadu_ps(p + 8);
   }
+  static __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
   static float Scalar(float v) { return v; }
 };
 
@@ -109,6 +124,19 @@ struct TileOf {
             acc[r][m] = _mm256_fmadd_ps(w_hi, x_hi[m], acc[r][m]);
           }
         }
+      }
+      if (i + 8 <= k) {
+        __m256 x[MB];
+        OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+          x[m] = _mm256_loadu_ps(a + m * lda + i);
+        }
+        OCTET_UNROLL for (int r = 0; r < NB; ++r) {
+          const __m256 w = Weight<W>::Load8(b + (col + r) * ldb + i);
+          OCTET_UNROLL for (int m = 0; m < MB; ++m) {
+            acc[r][m] = _mm256_fmadd_ps(w, x[m], acc[r][m]);
+          }
+        }
+        i += 8;
       }
       OCTET_UNROLL for (int r = 0; r < NB; ++r) {
         OCTET_UNROLL for (int m = 0; m < MB; ++m) {
@@ -160,6 +188,10 @@ void ConvertE4m3(const uint8_t* q, int64_t rows, int64_t k, int64_t ld,
       DecodeE4m3x16(q + r * k + i, lo, hi);
       _mm256_storeu_ps(out + r * ld + i, lo);
       _mm256_storeu_ps(out + r * ld + i + 8, hi);
+    }
+    if (i + 8 <= k) {
+      _mm256_storeu_ps(out + r * ld + i, DecodeE4m3x8(q + r * k + i));
+      i += 8;
     }
     for (; i < kp; ++i) {
       out[r * ld + i] = i < k ? Weight<uint8_t>::Scalar(q[r * k + i]) : 0.0f;
