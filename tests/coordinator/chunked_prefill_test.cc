@@ -8,7 +8,9 @@
 //     while other requests decode in the same steps, and
 //   - starting from blocks of the prefix cache that earlier requests with
 //     the same first tokens left, alone and batched,
-// at TP = 1 and TP = 3, unquantized and in FP8 (per-token activation
+// at TP = 1 and TP = 3, unquantized, in FP8 quantized at load (per-tensor
+// weight scales, per-token activation scales) and from an FP8 checkpoint
+// of compressed-tensors' fp8-channel-token scheme (per-channel weight
 // scales), on real worker processes (engine.h over WorkerGroup). A model
 // with a sliding window (tiny-mistral, prompts past its window) is held to
 // the same. Negative controls show that the comparisons can fail: FP8
@@ -29,6 +31,7 @@
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "tests/process_util.h"
+#include "tools/fp8_export.h"
 
 namespace octet {
 namespace {
@@ -164,6 +167,11 @@ class ChunkedPrefillTest : public ::testing::Test {
                                            {.seed = 9}, Model(preset))
                       .ok());
     }
+    Fp8ExportOptions channel_token;
+    channel_token.scheme = "fp8-channel-token";
+    ASSERT_TRUE(ExportFp8Checkpoint(Model("tiny-smollm"),
+                                    Model("tiny-smollm-ct"), channel_token)
+                    .ok());
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -324,6 +332,12 @@ TEST_F(ChunkedPrefillTest, Fp8WithPerTokenScalesAtTp1And3) {
   ExpectChunkingChangesNothing("tiny-smollm", true, {1, 3});
 }
 
+// compressed-tensors' FP8_DYNAMIC: per-channel weights, per-token
+// activations, read from the checkpoint.
+TEST_F(ChunkedPrefillTest, Fp8ChannelTokenCheckpointAtTp1And3) {
+  ExpectChunkingChangesNothing("tiny-smollm-ct", true, {1, 3});
+}
+
 // Prompts up to 61 tokens against a 48-token window.
 TEST_F(ChunkedPrefillTest, SlidingWindowFp8) {
   ExpectChunkingChangesNothing("tiny-mistral", true, {1});
@@ -346,6 +360,10 @@ TEST_F(ChunkedPrefillTest, PrefixCacheHitsUnquantizedAtTp1And3) {
 
 TEST_F(ChunkedPrefillTest, PrefixCacheHitsFp8AtTp1And3) {
   ExpectCacheHitsChangeNothing("tiny-smollm", true, {1, 3});
+}
+
+TEST_F(ChunkedPrefillTest, PrefixCacheHitsFp8ChannelTokenAtTp1And3) {
+  ExpectCacheHitsChangeNothing("tiny-smollm-ct", true, {1, 3});
 }
 
 TEST_F(ChunkedPrefillTest, PrefixCacheHitsSlidingWindowFp8) {
