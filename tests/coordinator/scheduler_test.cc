@@ -445,6 +445,29 @@ TEST(SchedulerTest, ARequeuedSequenceReplaysItsPromptInChunks) {
                      {0, 6}, {6, 4}, {10, 1}, {11, 1}}));
 }
 
+// The random runs' loop: 3000 steps in which `arrive` adds requests now
+// and then and one step in seven a live sequence finishes (or is
+// cancelled), then steps without arrivals until none is left (or 10000).
+template <typename Arrive, typename Step>
+void RunRandomly(std::mt19937& rng, Scheduler& s, std::set<SeqId>& live,
+                 Arrive arrive, Step step) {
+  for (int i = 0; i < 3000; ++i) {
+    arrive();
+    if (!live.empty() && rng() % 7 == 0) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      s.Finish(*it);
+      live.erase(it);
+    }
+    step();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (int i = 0; i < 10000 && !live.empty(); ++i) {
+    step();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(SchedulerTest, ChunkedRandomRunsKeepTheInvariants) {
   std::mt19937 rng(11);
   auto s = Make(24, 4, 20, 6, 1000);
@@ -477,25 +500,14 @@ TEST(SchedulerTest, ChunkedRandomRunsKeepTheInvariants) {
       }
     }
   };
-  for (int step = 0; step < 3000; ++step) {
+  RunRandomly(rng, *s, live, [&] {
     if (rng() % 3 == 0) {
       const int64_t prompt = 1 + rng() % 35, max_new = 1 + rng() % 40;
       if (s->Add(next, Prompt(prompt), max_new).ok()) live.insert(next);
       ++next;
     }
-    if (!live.empty() && rng() % 7 == 0) {
-      auto it = live.begin();
-      std::advance(it, rng() % live.size());
-      s->Finish(*it);
-      live.erase(it);
-    }
-    step_once();
-    if (HasFatalFailure()) return;
-  }
-  for (int step = 0; step < 10000 && !live.empty(); ++step) {
-    step_once();
-    if (HasFatalFailure()) return;
-  }
+  }, step_once);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(live.empty()) << live.size() << " sequences never finished";
   EXPECT_GT(preempted, 0u);
   EXPECT_GT(chunks, 0u);
@@ -677,7 +689,7 @@ TEST(SchedulerTest, CachedRandomRunsReadOnlyWhatWasWritten) {
       }
     }
   };
-  for (int step = 0; step < 3000; ++step) {
+  RunRandomly(rng, *s, live, [&] {
     // Now and then one or two prompts of a family; the second may come
     // while the first is still prefilling.
     for (int n = rng() % 3 == 0 ? 1 + rng() % 2 : 0; n > 0; --n) {
@@ -688,19 +700,8 @@ TEST(SchedulerTest, CachedRandomRunsReadOnlyWhatWasWritten) {
       if (s->Add(next, prompt, 1 + rng() % 20).ok()) live.insert(next);
       ++next;
     }
-    if (!live.empty() && rng() % 7 == 0) {
-      auto it = live.begin();
-      std::advance(it, rng() % live.size());
-      s->Finish(*it);
-      live.erase(it);
-    }
-    step_once();
-    if (HasFatalFailure()) return;
-  }
-  for (int step = 0; step < 10000 && !live.empty(); ++step) {
-    step_once();
-    if (HasFatalFailure()) return;
-  }
+  }, step_once);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(live.empty()) << live.size() << " sequences never finished";
   EXPECT_GT(hits, 0);
   EXPECT_GT(preempted, 0u);
