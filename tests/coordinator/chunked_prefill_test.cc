@@ -13,7 +13,8 @@
 // of compressed-tensors' fp8-channel-token scheme (per-channel weight
 // scales), on real worker processes (engine.h over WorkerGroup). A model
 // with a sliding window (tiny-mistral, prompts past its window) is held to
-// the same. Negative controls show that the comparisons can fail: FP8
+// the same, and so are sequences preempted for want of KV blocks and
+// recomputed. Negative controls show that the comparisons can fail: FP8
 // with per-sequence scales (--activation_scales sequence), forced to chunk
 // or to use the prefix cache, changes the bits.
 #include <gtest/gtest.h>
@@ -81,6 +82,7 @@ struct Serving {
   bool fp8 = false;
   bool sequence_scales = false;  // --activation_scales sequence
   bool prefix_caching = false;
+  int64_t kv_blocks = 128;  // of 8 tokens
 };
 
 std::string Name(const Serving& s) {
@@ -186,7 +188,7 @@ class ChunkedPrefillTest : public ::testing::Test {
                                        const Tokenizer& tokenizer,
                                        Metrics* metrics = nullptr) {
     EngineOptions o;
-    o.scheduler = {.num_blocks = 128,
+    o.scheduler = {.num_blocks = s.kv_blocks,
                    .block_size = 8,
                    .max_tokens_per_step = budget,
                    .chunked_prefill = true,
@@ -205,7 +207,7 @@ class ChunkedPrefillTest : public ::testing::Test {
       g.load.set_sequence_activation_scales(s.sequence_scales);
       g.load.set_transport(rpc::TRANSPORT_SHM);
       g.load.set_device(rpc::DEVICE_CPU);
-      g.load.set_kv_blocks(128);
+      g.load.set_kv_blocks(s.kv_blocks);
       g.load.set_kv_block_size(8);
       g.load.set_threads(1);
       return WorkerGroup::Start(g, nullptr, &cancel);
@@ -368,6 +370,47 @@ TEST_F(ChunkedPrefillTest, PrefixCacheHitsFp8ChannelTokenAtTp1And3) {
 
 TEST_F(ChunkedPrefillTest, PrefixCacheHitsSlidingWindowFp8) {
   ExpectCacheHitsChangeNothing("tiny-mistral", true, {1});
+}
+
+// Preemption: with too few KV blocks for the six requests at once, the
+// youngest running sequences give theirs back and are recomputed later --
+// prompt and generated tokens fed as one prompt, or (with the prefix cache)
+// after their own blocks if those are still cached -- to the same bits.
+// Half of the requests ask for their prompt's logprobs (scored once, and
+// never from the cache).
+TEST_F(ChunkedPrefillTest, PreemptedSequencesGetTheSameBits) {
+  std::vector<ValidRequest> requests = Requests(Prompts());
+  for (size_t i = 1; i < requests.size(); i += 2) {
+    requests[i].prompt_logprobs = false;
+  }
+  const std::vector<Answer> want =
+      Serve({"tiny-smollm", 1, true}, 4096, /*together=*/false, requests);
+  ASSERT_EQ(want.size(), requests.size());
+  for (bool caching : {false, true}) {
+    for (int tp : {1, 3}) {
+      // 12 blocks: every request fits alone (9 at most), not all at once
+      // (32).
+      const Serving s{"tiny-smollm", tp, true, false, caching, 12};
+      auto tokenizer = Tokenizer::Load(Model(s.preset));
+      ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+      Metrics metrics;
+      std::unique_ptr<Engine> engine = Start(s, 16, **tokenizer, &metrics);
+      ASSERT_NE(engine, nullptr);
+      const std::vector<Answer> got = Run(*engine, requests, true);
+      ASSERT_EQ(got.size(), want.size()) << Name(s);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const std::string where = absl::StrCat(Name(s), ", request ", i);
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << where;
+        EXPECT_EQ(got[i].logprobs, want[i].logprobs) << where;
+        EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << where;
+      }
+      EXPECT_GT(Counter(metrics, "octet_preemptions_total"), 0) << Name(s);
+      if (caching) {  // some recomputation started after its own blocks
+        EXPECT_GT(Counter(metrics, "octet_prefix_cache_hits_total"), 0)
+            << Name(s);
+      }
+    }
+  }
 }
 
 // The control: with per-sequence scales a hit changes the rows the scale
