@@ -178,6 +178,8 @@ start_server() {
   say "$1 did not come up"
   exit 1
 }
+# The prompts' seed differs by round and concurrency: a run that repeated
+# the prompts of an earlier one would find them in a server's prefix cache.
 run_client() {  # server round concurrency dataset
   local name="$1-r$2-c$3-$4" extra=()
   if [ "$4" = prefix ]; then
@@ -191,7 +193,7 @@ run_client() {  # server round concurrency dataset
   "$venvs/vllm-bench/bin/python" "$work/bench.py" --backend openai \
     --base-url "http://127.0.0.1:$port" --endpoint /v1/completions \
     --model smollm2 --tokenizer "$work/tokenizer" "${extra[@]}" --ignore-eos \
-    --num-prompts "$prompts" --max-concurrency "$3" --seed "$2" \
+    --num-prompts "$prompts" --max-concurrency "$3" --seed "$(( $2 * 1000 + $3 ))" \
     --save-result --result-dir "$work/results" --result-filename "$name.json" \
     > "$work/$name.log" 2>&1 ||
     { tail -5 "$work/$name.log" >&2; say "the client failed on $name"; exit 1; }
