@@ -76,6 +76,20 @@ struct Answer {
   bool operator==(const Answer&) const = default;
 };
 
+// Each answer equal to its reference, field by field; `where` names the
+// run in the failure messages.
+void ExpectSameAnswers(const std::vector<Answer>& got,
+                       const std::vector<Answer>& want,
+                       const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string request = absl::StrCat(where, ", request ", i);
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << request;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << request;
+    EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << request;
+  }
+}
+
 struct Serving {
   std::string preset;
   int tp = 1;
@@ -268,15 +282,9 @@ class ChunkedPrefillTest : public ::testing::Test {
     for (int tp : tps) {
       for (int64_t budget : {7, 16}) {
         const Serving s{preset, tp, fp8};
-        const std::vector<Answer> got = Serve(s, budget, /*together=*/true);
-        ASSERT_EQ(got.size(), want.size()) << Name(s);
-        for (size_t i = 0; i < want.size(); ++i) {
-          const std::string where = absl::StrCat(Name(s), ", budget ", budget,
-                                                 ", request ", i);
-          EXPECT_EQ(got[i].tokens, want[i].tokens) << where;
-          EXPECT_EQ(got[i].logprobs, want[i].logprobs) << where;
-          EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << where;
-        }
+        ExpectSameAnswers(Serve(s, budget, /*together=*/true), want,
+                          absl::StrCat(Name(s), ", budget ", budget));
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
@@ -300,16 +308,10 @@ class ChunkedPrefillTest : public ::testing::Test {
       std::unique_ptr<Engine> engine = Start(s, 16, **tokenizer, &metrics);
       ASSERT_NE(engine, nullptr);
       for (bool together : {false, true}) {
-        const std::vector<Answer> got = Run(*engine, requests, together);
-        ASSERT_EQ(got.size(), want.size()) << Name(s);
-        for (size_t i = 0; i < want.size(); ++i) {
-          const std::string where =
-              absl::StrCat(Name(s), together ? ", batched" : ", one by one",
-                           ", request ", i);
-          EXPECT_EQ(got[i].tokens, want[i].tokens) << where;
-          EXPECT_EQ(got[i].logprobs, want[i].logprobs) << where;
-          EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << where;
-        }
+        ExpectSameAnswers(
+            Run(*engine, requests, together), want,
+            absl::StrCat(Name(s), together ? ", batched" : ", one by one"));
+        if (::testing::Test::HasFatalFailure()) return;
       }
       // Found, first round: 16 (of the first prompt's), 32 (of the
       // second's), 16; the second round: each prompt's own blocks short of
@@ -396,14 +398,8 @@ TEST_F(ChunkedPrefillTest, PreemptedSequencesGetTheSameBits) {
       Metrics metrics;
       std::unique_ptr<Engine> engine = Start(s, 16, **tokenizer, &metrics);
       ASSERT_NE(engine, nullptr);
-      const std::vector<Answer> got = Run(*engine, requests, true);
-      ASSERT_EQ(got.size(), want.size()) << Name(s);
-      for (size_t i = 0; i < want.size(); ++i) {
-        const std::string where = absl::StrCat(Name(s), ", request ", i);
-        EXPECT_EQ(got[i].tokens, want[i].tokens) << where;
-        EXPECT_EQ(got[i].logprobs, want[i].logprobs) << where;
-        EXPECT_EQ(got[i].prompt_logprobs, want[i].prompt_logprobs) << where;
-      }
+      ExpectSameAnswers(Run(*engine, requests, true), want, Name(s));
+      if (::testing::Test::HasFatalFailure()) return;
       EXPECT_GT(Counter(metrics, "octet_preemptions_total"), 0) << Name(s);
       if (caching) {  // some recomputation started after its own blocks
         EXPECT_GT(Counter(metrics, "octet_prefix_cache_hits_total"), 0)
